@@ -1,0 +1,140 @@
+#pragma once
+/// @file model.hpp
+/// The shape of a decoder-only language model (Llama / Qwen2 / Mistral style) and the counts
+/// derived from it. Only shapes matter for memory: no weights are ever read.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "vramfit/bytes.hpp"
+#include "vramfit/error.hpp"
+
+namespace vramfit {
+
+/// The linear projections of one decoder layer, by their Hugging Face names.
+enum class Module : std::uint8_t { q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj };
+inline constexpr Module all_modules[] = {Module::q_proj,    Module::k_proj,  Module::v_proj,   Module::o_proj,
+                                         Module::gate_proj, Module::up_proj, Module::down_proj};
+
+constexpr std::string_view to_string(Module m) {
+  switch (m) {
+    case Module::q_proj: return "q_proj";
+    case Module::k_proj: return "k_proj";
+    case Module::v_proj: return "v_proj";
+    case Module::o_proj: return "o_proj";
+    case Module::gate_proj: return "gate_proj";
+    case Module::up_proj: return "up_proj";
+    case Module::down_proj: return "down_proj";
+  }
+  return "?";
+}
+
+/// Input and output width of a linear projection.
+struct ModuleDims {
+  std::uint64_t in = 0;
+  std::uint64_t out = 0;
+};
+
+/**
+ * Shape of a decoder-only model: embeddings, `layers` decoder layers (RMSNorm, grouped-query
+ * attention with rotary embeddings, RMSNorm, MLP), a final RMSNorm and an lm_head.
+ *
+ *     ModelShape m{.vocab = 49152, .hidden = 576, .intermediate = 1536, .layers = 30,
+ *                  .heads = 9, .kv_heads = 3, .head_dim = 64, .tied_embeddings = true};
+ */
+struct ModelShape {
+  std::uint64_t vocab = 0;         ///< vocabulary size (rows of the embedding and lm_head)
+  std::uint64_t hidden = 0;        ///< model width h
+  std::uint64_t intermediate = 0;  ///< MLP width i
+  std::uint64_t layers = 0;        ///< decoder layers
+  std::uint64_t heads = 0;         ///< query heads
+  std::uint64_t kv_heads = 0;      ///< key/value heads (GQA); equal to heads for MHA
+  std::uint64_t head_dim = 0;      ///< per-head width; 0 means hidden / heads
+  bool tied_embeddings = false;    ///< lm_head shares the embedding matrix
+  bool qkv_bias = false;           ///< q/k/v projections carry a bias (Qwen2)
+  bool gated_mlp = true;           ///< SwiGLU (gate, up, down); false: up, activation, down
+
+  [[nodiscard]] constexpr std::uint64_t head_dimension() const { return head_dim != 0 ? head_dim : hidden / heads; }
+  /// Width of the query projection's output (heads x head_dim).
+  [[nodiscard]] constexpr std::uint64_t q_width() const { return detail::checked_mul(heads, head_dimension()); }
+  /// Width of the key (and value) projection's output (kv_heads x head_dim).
+  [[nodiscard]] constexpr std::uint64_t kv_width() const { return detail::checked_mul(kv_heads, head_dimension()); }
+
+  /// Whether the model has this projection (a non-gated MLP has no gate_proj).
+  [[nodiscard]] constexpr bool has(Module m) const { return gated_mlp || m != Module::gate_proj; }
+
+  [[nodiscard]] constexpr ModuleDims dims(Module m) const {
+    switch (m) {
+      case Module::q_proj: return {hidden, q_width()};
+      case Module::k_proj:
+      case Module::v_proj: return {hidden, kv_width()};
+      case Module::o_proj: return {q_width(), hidden};
+      case Module::gate_proj:
+      case Module::up_proj: return {hidden, intermediate};
+      case Module::down_proj: return {intermediate, hidden};
+    }
+    return {};
+  }
+
+  /// Parameters of one decoder layer: projections, q/k/v biases, two RMSNorm weights.
+  [[nodiscard]] constexpr std::uint64_t layer_parameters() const {
+    std::uint64_t n = 0;
+    for (Module m : all_modules)
+      if (has(m)) n = detail::checked_add(n, detail::checked_mul(dims(m).in, dims(m).out));
+    if (qkv_bias) n = detail::checked_add(n, detail::checked_add(q_width(), 2 * kv_width()));
+    return detail::checked_add(n, 2 * hidden);
+  }
+  /// Parameters of the embedding matrix (vocab x hidden).
+  [[nodiscard]] constexpr std::uint64_t embedding_parameters() const { return detail::checked_mul(vocab, hidden); }
+  /// All parameters: embeddings, layers, final norm, and an untied lm_head.
+  [[nodiscard]] constexpr std::uint64_t parameters() const {
+    std::uint64_t n = detail::checked_mul(layer_parameters(), layers);
+    n = detail::checked_add(n, embedding_parameters());
+    if (!tied_embeddings) n = detail::checked_add(n, embedding_parameters());
+    return detail::checked_add(n, hidden);
+  }
+  /// The largest single parameter tensor (what per-tensor optimizer temporaries are sized by).
+  [[nodiscard]] constexpr std::uint64_t largest_tensor() const {
+    std::uint64_t n = embedding_parameters();
+    for (Module m : all_modules)
+      if (has(m)) {
+        const auto d = dims(m);
+        const auto e = detail::checked_mul(d.in, d.out);
+        if (e > n) n = e;
+      }
+    return n;
+  }
+
+  friend constexpr bool operator==(const ModelShape&, const ModelShape&) = default;
+};
+
+namespace detail {
+inline constexpr std::uint64_t max_dimension = 1ULL << 24;  // 16.7M: wider than any real model
+constexpr void require_range(std::string_view field, std::uint64_t v, std::uint64_t lo, std::uint64_t hi) {
+  if (v < lo || v > hi)
+    throw InvalidInput(field, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
+                                  std::to_string(v));
+}
+}  // namespace detail
+
+/// Throws `InvalidInput` naming the first field that is out of range or inconsistent.
+constexpr void validate(const ModelShape& m) {
+  using detail::max_dimension;
+  using detail::require_range;
+  require_range("vocab", m.vocab, 1, max_dimension);
+  require_range("hidden", m.hidden, 1, max_dimension);
+  require_range("intermediate", m.intermediate, 1, max_dimension);
+  require_range("layers", m.layers, 1, 100000);
+  require_range("heads", m.heads, 1, 65536);
+  require_range("kv_heads", m.kv_heads, 1, m.heads);
+  if (m.heads % m.kv_heads != 0)
+    throw InvalidInput("kv_heads", "must divide heads (" + std::to_string(m.heads) + "), got " + std::to_string(m.kv_heads));
+  if (m.head_dim == 0 && m.hidden % m.heads != 0)
+    throw InvalidInput("head_dim", "is not given and hidden (" + std::to_string(m.hidden) +
+                                       ") is not a multiple of heads (" + std::to_string(m.heads) + "); give head_dim");
+  require_range("head_dim", m.head_dimension(), 1, 65536);
+  (void)m.parameters();  // throws Overflow for shapes whose counts leave 64 bits
+}
+
+}  // namespace vramfit

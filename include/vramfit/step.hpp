@@ -1,0 +1,165 @@
+#pragma once
+/// @file step.hpp
+/// One fine-tuning step: batch, sequence, precision, full or LoRA, checkpointing, attention
+/// backend, what the caller keeps alive, and whether the first step or the whole run is asked for.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "vramfit/model.hpp"
+
+namespace vramfit {
+
+/// Storage type of the weights and activations (the model is loaded in this dtype).
+enum class Precision : std::uint8_t { bf16, fp16, fp32 };
+/// Full fine-tuning (every weight trains) or LoRA adapters on chosen projections.
+enum class Mode : std::uint8_t { lora, full };
+/// The scaled-dot-product-attention kernel. flash and mem_efficient are linear in sequence;
+/// math materialises the (seq x seq) score matrix per head.
+enum class Attention : std::uint8_t { flash, mem_efficient, math };
+/// Which steps the peak is taken over: the first alone (no optimizer state exists before its
+/// `step()`), or the whole run (`steady`: the largest peak of any step, the first included).
+enum class PeakOver : std::uint8_t { first_step, steady };
+
+constexpr std::uint64_t element_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
+
+constexpr std::string_view to_string(Precision p) {
+  switch (p) {
+    case Precision::bf16: return "bf16";
+    case Precision::fp16: return "fp16";
+    case Precision::fp32: return "fp32";
+  }
+  return "?";
+}
+constexpr std::string_view to_string(Mode m) { return m == Mode::lora ? "lora" : "full"; }
+constexpr std::string_view to_string(Attention a) {
+  switch (a) {
+    case Attention::flash: return "flash";
+    case Attention::mem_efficient: return "mem-efficient";
+    case Attention::math: return "math";
+  }
+  return "?";
+}
+constexpr std::string_view to_string(PeakOver p) { return p == PeakOver::first_step ? "first" : "steady"; }
+
+/// A set of projections (LoRA targets).
+struct TargetSet {
+  std::uint8_t bits = 0;
+
+  constexpr TargetSet() = default;
+  constexpr TargetSet(std::initializer_list<Module> modules) {
+    for (Module m : modules) bits = static_cast<std::uint8_t>(bits | (1u << static_cast<unsigned>(m)));
+  }
+  [[nodiscard]] constexpr bool has(Module m) const { return (bits >> static_cast<unsigned>(m)) & 1u; }
+  [[nodiscard]] constexpr bool empty() const { return bits == 0; }
+  /// PEFT's default for Llama, Qwen2 and Mistral: q_proj and v_proj.
+  static constexpr TargetSet peft_default() { return {Module::q_proj, Module::v_proj}; }
+  static constexpr TargetSet attention() { return {Module::q_proj, Module::k_proj, Module::v_proj, Module::o_proj}; }
+  static constexpr TargetSet all_linear() {
+    return {Module::q_proj, Module::k_proj, Module::v_proj, Module::o_proj, Module::gate_proj, Module::up_proj,
+            Module::down_proj};
+  }
+  friend constexpr bool operator==(TargetSet, TargetSet) = default;
+};
+
+/// LoRA adapters: rank and the projections they wrap (PEFT defaults otherwise: alpha and dropout
+/// do not change memory; dropout 0 is an identity).
+struct Lora {
+  std::uint64_t rank = 8;
+  TargetSet targets = TargetSet::peft_default();
+  friend constexpr bool operator==(const Lora&, const Lora&) = default;
+};
+
+/// One training step.
+struct Step {
+  std::uint64_t batch = 1;
+  std::uint64_t seq = 2048;
+  Precision precision = Precision::bf16;
+  Mode mode = Mode::lora;
+  Lora lora{};
+  bool gradient_checkpointing = false;
+  Attention attention = Attention::flash;
+  bool logits_retained = false;  ///< the caller keeps the model output (and its logits) through backward
+  PeakOver peak_over = PeakOver::steady;
+
+  /// batch x sequence.
+  [[nodiscard]] constexpr std::uint64_t tokens() const { return detail::checked_mul(batch, seq); }
+  /// Whether the projection `m` carries a LoRA adapter in this step.
+  [[nodiscard]] constexpr bool adapted(Module m) const { return mode == Mode::lora && lora.targets.has(m); }
+
+  friend constexpr bool operator==(const Step&, const Step&) = default;
+};
+
+/// Throws `InvalidInput` naming the first bad field of `step` (checked against `model`).
+constexpr void validate(const Step& step, const ModelShape& model) {
+  detail::require_range("batch", step.batch, 1, 1ULL << 20);
+  detail::require_range("seq", step.seq, 1, 1ULL << 24);
+  if (step.mode == Mode::lora) {
+    detail::require_range("lora rank", step.lora.rank, 1, 65536);
+    if (step.lora.targets.empty()) throw InvalidInput("lora targets", "at least one projection is required");
+    if (!model.gated_mlp && step.lora.targets.has(Module::gate_proj))
+      throw InvalidInput("lora targets", "gate_proj is not in a model without a gated MLP");
+  }
+  (void)step.tokens();
+}
+
+// ---- parsing the words users type -------------------------------------------------------------
+
+constexpr Precision parse_precision(std::string_view s, std::string_view field = "--precision") {
+  for (Precision p : {Precision::bf16, Precision::fp16, Precision::fp32})
+    if (detail::iequals(s, to_string(p))) return p;
+  throw InvalidInput(field, "unknown precision '" + std::string(s) + "' (allowed: bf16, fp16, fp32)");
+}
+constexpr Mode parse_mode(std::string_view s, std::string_view field = "--mode") {
+  for (Mode m : {Mode::lora, Mode::full})
+    if (detail::iequals(s, to_string(m))) return m;
+  throw InvalidInput(field, "unknown mode '" + std::string(s) + "' (allowed: lora, full)");
+}
+constexpr Attention parse_attention(std::string_view s, std::string_view field = "--attention") {
+  for (Attention a : {Attention::flash, Attention::mem_efficient, Attention::math})
+    if (detail::iequals(s, to_string(a))) return a;
+  if (detail::iequals(s, "mem_efficient") || detail::iequals(s, "efficient")) return Attention::mem_efficient;
+  throw InvalidInput(field, "unknown attention backend '" + std::string(s) + "' (allowed: flash, mem-efficient, math)");
+}
+constexpr PeakOver parse_peak_over(std::string_view s, std::string_view field = "--phase") {
+  if (detail::iequals(s, "first")) return PeakOver::first_step;
+  if (detail::iequals(s, "steady")) return PeakOver::steady;
+  throw InvalidInput(field, "unknown phase '" + std::string(s) + "' (allowed: first, steady)");
+}
+constexpr Module parse_module(std::string_view s, std::string_view field = "--lora-targets") {
+  for (Module m : all_modules)
+    if (detail::iequals(s, to_string(m))) return m;
+  throw InvalidInput(field, "unknown module '" + std::string(s) +
+                                "' (allowed: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, all-linear)");
+}
+/// "q_proj,v_proj", "all-linear" (also "all_linear"), or "attention" (q,k,v,o).
+constexpr TargetSet parse_targets(std::string_view s, std::string_view field = "--lora-targets") {
+  s = detail::trim(s);
+  if (detail::iequals(s, "all-linear") || detail::iequals(s, "all_linear")) return TargetSet::all_linear();
+  if (detail::iequals(s, "attention")) return TargetSet::attention();
+  TargetSet t;
+  while (true) {
+    const auto comma = s.find(',');
+    const std::string_view word = detail::trim(s.substr(0, comma));
+    if (word.empty()) throw InvalidInput(field, "empty module name in '" + std::string(s) + "'");
+    const Module m = parse_module(word, field);
+    t.bits = static_cast<std::uint8_t>(t.bits | (1u << static_cast<unsigned>(m)));
+    if (comma == std::string_view::npos) break;
+    s.remove_prefix(comma + 1);
+  }
+  return t;
+}
+/// "q_proj,v_proj", or "all-linear" when every projection is there.
+inline std::string to_string(TargetSet t) {
+  if (t == TargetSet::all_linear()) return "all-linear";
+  std::string out;
+  for (Module m : all_modules)
+    if (t.has(m)) {
+      if (!out.empty()) out += ',';
+      out += to_string(m);
+    }
+  return out;
+}
+
+}  // namespace vramfit
