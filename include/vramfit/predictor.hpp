@@ -1,0 +1,231 @@
+#pragma once
+/// @file predictor.hpp
+/// `Predictor<Terms...>` adds cost terms phase by phase and reports the largest phase, its name
+/// and the breakdown by term; `fits`, `max_batch` and `max_seq` answer against a `Budget`.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+
+#include "vramfit/model.hpp"
+#include "vramfit/phase.hpp"
+#include "vramfit/profiles.hpp"
+#include "vramfit/step.hpp"
+#include "vramfit/terms.hpp"
+
+namespace vramfit {
+
+/// What the CUDA caching allocator may reserve for the run: a card's total memory less the CUDA
+/// context and anything else on it, or a cap such as `set_per_process_memory_fraction`.
+struct Budget {
+  Bytes usable;
+  constexpr Budget() = default;
+  constexpr explicit Budget(Bytes b) : usable(b) {}
+  friend constexpr auto operator<=>(const Budget&, const Budget&) = default;
+};
+
+/**
+ * The allocator's margin: a step fails when the reserved memory would pass the budget, and
+ * reserved exceeds allocated. Blocks of 1 MiB and more come from segments rounded up to 2 MiB
+ * (up to 20 MiB for mid-sized ones), and on an out-of-memory the allocator frees its cached
+ * segments and retries, so what remains is fragmentation inside live segments. `required`
+ * charges it as a fraction of the allocated peak plus a constant, both measured on the H200
+ * (tests/data: reserved versus allocated peaks, and the largest batch found under caps).
+ */
+struct AllocatorMargin {
+  std::uint64_t per_mille = 40;            ///< fragmentation, per mille of the allocated peak
+  std::uint64_t fixed = 64ULL << 20;       ///< plus this many bytes
+  constexpr Bytes operator()(Bytes peak) const {
+    return Bytes(detail::checked_mul(peak.count() / 1000 + 1, per_mille)) + Bytes(fixed);
+  }
+};
+
+inline constexpr std::size_t max_terms = 8;
+
+/// One term's bytes at every phase.
+struct TermRow {
+  std::string_view name;
+  PhaseBytes bytes;
+};
+
+/// A prediction: the peak of allocated bytes, the phase where it falls, every phase's total and
+/// every term's share. `required` adds the allocator's margin: what a budget must cover.
+struct Prediction {
+  Bytes peak;
+  Phase phase = Phase::forward;
+  Bytes required;
+  PhaseBytes phases;
+  std::array<TermRow, max_terms> terms{};
+  std::size_t term_count = 0;
+  std::string_view stack;
+
+  /// Term `k`'s bytes at the peak phase.
+  [[nodiscard]] constexpr Bytes term_at_peak(std::size_t k) const { return terms[k].bytes[phase]; }
+  /// Whether the step fits: `required` within the budget.
+  [[nodiscard]] constexpr bool fits(Budget b) const { return required <= b.usable; }
+
+  friend constexpr bool operator<=(const Prediction& p, const Budget& b) { return p.fits(b); }
+  friend constexpr bool operator>(const Prediction& p, const Budget& b) { return !p.fits(b); }
+};
+
+namespace detail {
+template <class T, class = void>
+struct profile_name { static constexpr std::string_view value{}; };
+template <class T>
+struct profile_name<T, std::void_t<typename T::profile>> { static constexpr std::string_view value = T::profile::name; };
+}  // namespace detail
+
+/**
+ * Combines cost terms. Every term prices each phase; the prediction is the largest phase total.
+ *
+ *     constexpr vramfit::HfPeftPredictor p;
+ *     constexpr auto pred = p.predict(*vramfit::find_preset("SmolLM2-135M"), {.batch = 4, .seq = 2048});
+ *     static_assert(pred <= vramfit::Budget(24_GiB));
+ *
+ * @tparam Terms the cost terms (each models `CostTerm`), at most `max_terms`
+ */
+template <CostTerm... Terms>
+class Predictor {
+  static_assert(sizeof...(Terms) >= 1 && sizeof...(Terms) <= max_terms, "a Predictor takes 1 to 8 terms");
+
+public:
+  constexpr Predictor() = default;
+  constexpr explicit Predictor(Terms... terms, AllocatorMargin margin = {}) : terms_(terms...), margin_(margin) {}
+
+  /// The stack's name, from the first term that names a profile.
+  static constexpr std::string_view stack = [] {
+    std::string_view n;
+    ((n.empty() ? (n = detail::profile_name<Terms>::value, 0) : 0), ...);
+    return n;
+  }();
+
+  /// Predicts the peak of one step (validates both arguments; throws `InvalidInput`).
+  [[nodiscard]] constexpr Prediction predict(const ModelShape& model, const Step& step) const {
+    validate(model);
+    validate(step, model);
+    return evaluate(model, step);
+  }
+
+  /// Whether the step fits the budget. A step whose bytes overflow 64 bits does not fit.
+  [[nodiscard]] constexpr bool fits(const ModelShape& model, const Step& step, Budget budget) const {
+    validate(model);
+    validate(step, model);
+    return fits_unchecked(model, step, budget);
+  }
+
+  /// The largest batch whose step fits (0 when batch 1 does not), exact: the prediction is affine
+  /// in batch, so a closed form gives the candidate and at most a few evaluations confirm it.
+  [[nodiscard]] constexpr std::uint64_t max_batch(const ModelShape& model, Step step, Budget budget) const {
+    validate(model);
+    step.batch = 1;
+    validate(step, model);
+    constexpr std::uint64_t limit = 1ULL << 20;
+    if (!fits_unchecked(model, step, budget)) return 0;
+    // Per phase: total(b) = c + k*b. The margin is monotone, so the candidate is an upper bound
+    // of the answer only after checking; walk to the exact boundary.
+    const Prediction one = evaluate(model, step);
+    step.batch = 2;
+    std::uint64_t candidate = limit;
+    bool overflowed = false;
+    Prediction two{};
+    try {
+      two = evaluate(model, step);
+    } catch (const Overflow&) {
+      overflowed = true;
+    }
+    if (overflowed) return bisect(model, step, budget, &Step::batch, 1, limit);
+    for (Phase p : all_phases) {
+      const std::uint64_t k = two.phases[p].count() - one.phases[p].count();
+      const std::uint64_t c = one.phases[p].count() - k;
+      if (k == 0) continue;
+      // Without the margin: the allocated peak alone must fit.
+      const std::uint64_t room = budget.usable.count() > c ? budget.usable.count() - c : 0;
+      if (room / k < candidate) candidate = room / k;
+    }
+    if (candidate < 1) candidate = 1;
+    step.batch = candidate;
+    // Step down while it does not fit (the margin), then up while the next one does.
+    std::uint64_t steps = 0;
+    while (step.batch > 1 && !fits_unchecked(model, step, budget) && steps++ < 64) --step.batch;
+    if (steps >= 64) return bisect(model, step, budget, &Step::batch, 1, step.batch);
+    while (step.batch < limit) {
+      Step next = step;
+      ++next.batch;
+      if (!fits_unchecked(model, next, budget)) break;
+      step = next;
+    }
+    return step.batch;
+  }
+
+  /// The largest sequence length whose step fits (0 when seq 1 does not), by bisection over the
+  /// monotone prediction.
+  [[nodiscard]] constexpr std::uint64_t max_seq(const ModelShape& model, Step step, Budget budget) const {
+    validate(model);
+    step.seq = 1;
+    validate(step, model);
+    if (!fits_unchecked(model, step, budget)) return 0;
+    return bisect(model, step, budget, &Step::seq, 1, 1ULL << 24);
+  }
+
+  [[nodiscard]] constexpr const AllocatorMargin& margin() const { return margin_; }
+
+private:
+  std::tuple<Terms...> terms_{};
+  AllocatorMargin margin_{};
+
+  constexpr Prediction evaluate(const ModelShape& model, const Step& step) const {
+    Prediction out;
+    out.stack = stack;
+    std::size_t k = 0;
+    std::apply(
+        [&](const auto&... term) {
+          ((out.terms[k++] = TermRow{std::remove_cvref_t<decltype(term)>::name, term(model, step)}), ...);
+        },
+        terms_);
+    out.term_count = k;
+    for (std::size_t t = 0; t < k; ++t)
+      for (Phase p : all_phases) out.phases[p] += out.terms[t].bytes[p];
+    out.phase = Phase::forward;
+    for (Phase p : all_phases)
+      if (out.phases[p] > out.phases[out.phase]) out.phase = p;
+    out.peak = out.phases[out.phase];
+    out.required = out.peak + margin_(out.peak);
+    return out;
+  }
+
+  constexpr bool fits_unchecked(const ModelShape& model, const Step& step, Budget budget) const {
+    try {
+      return evaluate(model, step).fits(budget);
+    } catch (const Overflow&) {
+      return false;
+    }
+  }
+
+  /// Largest value of `field` in [lo, hi] that fits, given that `lo` fits.
+  constexpr std::uint64_t bisect(const ModelShape& model, Step step, Budget budget, std::uint64_t Step::*field,
+                                 std::uint64_t lo, std::uint64_t hi) const {
+    step.*field = hi;
+    if (fits_unchecked(model, step, budget)) return hi;
+    while (hi - lo > 1) {  // invariant: lo fits, hi does not
+      const std::uint64_t mid = lo + (hi - lo) / 2;
+      step.*field = mid;
+      (fits_unchecked(model, step, budget) ? lo : hi) = mid;
+    }
+    return lo;
+  }
+};
+
+/// The standard terms under one stack profile.
+/// @tparam P the stack profile
+template <StackProfile P>
+using StackPredictor = Predictor<ParameterTerm<P>, ActivationTerm<P>, LogitsTerm<P>, WorkspaceTerm<P>>;
+
+/// HF transformers + PEFT (profiles::HfPeft).
+using HfPeftPredictor = StackPredictor<profiles::HfPeft>;
+/// The Probe's LibTorch reference step (profiles::LibTorch).
+using LibTorchPredictor = StackPredictor<profiles::LibTorch>;
+
+}  // namespace vramfit
