@@ -99,7 +99,7 @@ constexpr std::string_view trim(std::string_view s) {
  *     parse_size("80e9")    == Bytes(80000000000)
  */
 constexpr Bytes parse_size(std::string_view text, std::string_view field = "size") {
-  using u128 = unsigned __int128;
+  __extension__ typedef unsigned __int128 u128;  // __extension__: a GCC/Clang type, allowed under -Wpedantic
   const auto fail = [&](std::string_view why) -> Bytes {
     throw InvalidInput(field, std::string(why) + " (got '" + std::string(text) +
                                   "'; expected a number with an optional unit, e.g. 24GiB, 23.0 GB, 80e9, 16384MiB)");

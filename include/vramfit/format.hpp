@@ -1,0 +1,359 @@
+#pragma once
+/// @file format.hpp
+/// fmt formatters for vramfit's results, the record's sweep table, and one-line descriptions of
+/// a model and a step.
+///
+///     fmt::print("{}\n", prediction);          // stack, peak, phase, required, terms x phases
+///     fmt::print("{} ({:i})\n", bytes, bytes); // "1.365 GB (1.27 GiB)"
+///     fmt::print("{}", vramfit::sweep_table(rows));
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "vramfit/bytes.hpp"
+#include "vramfit/model.hpp"
+#include "vramfit/phase.hpp"
+#include "vramfit/predictor.hpp"
+#include "vramfit/step.hpp"
+
+namespace vramfit {
+
+namespace detail {
+
+/// A unit of an auto-scaled quantity: its suffix, its size and the decimals shown in it.
+struct ScaleUnit {
+  std::string_view suffix;
+  std::uint64_t factor;
+  int decimals;
+};
+
+/// Decimal byte units, with the record's precision: whole bytes, GB to three decimals.
+inline constexpr std::array<ScaleUnit, 7> decimal_byte_units = {{{"B", 1, 0},
+                                                                  {"kB", 1000ULL, 1},
+                                                                  {"MB", 1000000ULL, 1},
+                                                                  {"GB", 1000000000ULL, 3},
+                                                                  {"TB", 1000000000000ULL, 3},
+                                                                  {"PB", 1000000000000000ULL, 3},
+                                                                  {"EB", 1000000000000000000ULL, 3}}};
+/// Binary byte units (powers of 1024), two decimals.
+inline constexpr std::array<ScaleUnit, 7> binary_byte_units = {
+    {{"B", 1, 0}, {"KiB", 1ULL << 10, 2}, {"MiB", 1ULL << 20, 2}, {"GiB", 1ULL << 30, 2},
+     {"TiB", 1ULL << 40, 2}, {"PiB", 1ULL << 50, 2}, {"EiB", 1ULL << 60, 2}}};
+/// Counts of things (parameters): "812", "134.5M", "7.62B".
+inline constexpr std::array<ScaleUnit, 5> count_units = {
+    {{"", 1, 0}, {"K", 1000ULL, 1}, {"M", 1000000ULL, 1}, {"B", 1000000000ULL, 2}, {"T", 1000000000000ULL, 2}}};
+
+/**
+ * `n` in the largest unit it reaches, e.g. "1.365 GB". A value that rounds up to the next unit
+ * (999.96 MB) is shown in that unit ("1.000 GB"), never as "1000.0 MB".
+ * @param base the step between units (1000 or 1024)
+ * @param separator between the number and the suffix
+ */
+inline std::string scaled(std::uint64_t n, std::span<const ScaleUnit> units, std::uint64_t base,
+                          std::string_view separator) {
+  std::size_t k = 0;
+  while (k + 1 < units.size() && n >= units[k + 1].factor) ++k;
+  for (;; ++k) {
+    const std::string number =
+        fmt::format("{:.{}f}", static_cast<double>(n) / static_cast<double>(units[k].factor), units[k].decimals);
+    std::uint64_t whole = 0;
+    std::from_chars(number.data(), number.data() + number.size(), whole);  // stops at the point
+    if (whole < base || k + 1 == units.size()) return fmt::format("{}{}{}", number, separator, units[k].suffix);
+  }
+}
+
+/// Fill, alignment and width, as in fmt's standard format specs ("{:>12}", "{:*^20}").
+struct TextLayout {
+  char fill = ' ';
+  char align = '>';
+  std::size_t width = 0;
+
+  /// Reads `[[fill]align][width]` from `it`; returns where it stopped.
+  constexpr const char* parse(const char* it, const char* end) {
+    const auto is_align = [](char c) { return c == '<' || c == '>' || c == '^'; };
+    if (end - it >= 2 && is_align(it[1]) && it[0] != '}') {
+      fill = it[0];
+      align = it[1];
+      it += 2;
+    } else if (it != end && is_align(*it)) {
+      align = *it++;
+    }
+    while (it != end && *it >= '0' && *it <= '9') {
+      width = width * 10 + static_cast<std::size_t>(*it++ - '0');
+      if (width > 1000000) throw fmt::format_error("width is too large");
+    }
+    return it;
+  }
+
+  /// Writes `text` padded to the width.
+  template <class Out>
+  Out write(Out out, std::string_view text) const {
+    const std::size_t pad = width > text.size() ? width - text.size() : 0;
+    const std::size_t before = align == '>' ? pad : align == '^' ? pad / 2 : 0;
+    out = std::fill_n(out, before, fill);
+    out = std::copy(text.begin(), text.end(), out);
+    return std::fill_n(out, pad - before, fill);
+  }
+};
+
+/// A table of text cells rendered with aligned columns, two spaces apart, trailing spaces
+/// trimmed. Full-width lines (headings, notes) go between rows without widening any column.
+class TextTable {
+public:
+  enum class Align : std::uint8_t { left, right };
+
+  explicit TextTable(std::vector<Align> alignments) : alignments_(std::move(alignments)) {}
+
+  /// Adds a row; missing trailing cells are blank.
+  void add_row(std::vector<std::string> cells) { rows_.push_back({std::move(cells), false}); }
+  /// Adds a line printed as it is.
+  void add_line(std::string line) { rows_.push_back({{std::move(line)}, true}); }
+
+  /// The table, one line per row, each line ending in '\n' and starting with `indent`.
+  [[nodiscard]] std::string render(std::string_view indent = "") const {
+    std::vector<std::size_t> widths(alignments_.size(), 0);
+    for (const auto& row : rows_)
+      if (!row.verbatim)
+        for (std::size_t c = 0; c < row.cells.size() && c < widths.size(); ++c)
+          widths[c] = std::max(widths[c], row.cells[c].size());
+    std::string out;
+    for (const auto& row : rows_) {
+      std::string line(indent);
+      if (row.verbatim) {
+        line += row.cells.front();
+      } else {
+        for (std::size_t c = 0; c < widths.size(); ++c) {
+          const std::string_view cell = c < row.cells.size() ? std::string_view(row.cells[c]) : std::string_view();
+          const std::string padding(widths[c] - cell.size(), ' ');
+          if (c > 0) line += "  ";
+          line += alignments_[c] == Align::right ? padding + std::string(cell) : std::string(cell) + padding;
+        }
+      }
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      out += line;
+      out += '\n';
+    }
+    return out;
+  }
+
+private:
+  struct Row {
+    std::vector<std::string> cells;
+    bool verbatim;
+  };
+  std::vector<Align> alignments_;
+  std::vector<Row> rows_;
+};
+
+/// Column headings of the phases, two lines each, for tables that must stay narrow.
+inline constexpr std::array<std::array<std::string_view, 2>, phase_count> phase_headings = {{
+    {"", "forward"},
+    {"loss", "backward"},
+    {"backward of", "last layer"},
+    {"backward of", "first layer"},
+    {"optimizer", "step"},
+}};
+
+/// Decimal gigabytes with three decimals and no unit, the cells of the breakdown table.
+inline std::string gigabytes_cell(Bytes b) { return fmt::format("{:.3f}", b.gigabytes()); }
+
+}  // namespace detail
+
+/// A parameter count in words: "812", "134.5M", "7.62B".
+inline std::string describe_count(std::uint64_t n) {
+  return detail::scaled(n, detail::count_units, 1000, "");
+}
+
+/// One line on a model shape: "vocab 49152, hidden 576, intermediate 1536, 30 layers, 9 heads
+/// (3 key/value), head_dim 64, tied embeddings, 134.5M parameters". Throws `Overflow` for a shape whose
+/// parameter count leaves 64 bits (`validate` rejects those).
+inline std::string describe(const ModelShape& m) {
+  std::string out = fmt::format("vocab {}, hidden {}, intermediate {}{}, {} layers, {} heads", m.vocab, m.hidden,
+                                m.intermediate, m.gated_mlp ? "" : " (not gated)", m.layers, m.heads);
+  if (m.kv_heads != m.heads) out += fmt::format(" ({} key/value)", m.kv_heads);
+  if (m.heads != 0) out += fmt::format(", head_dim {}", m.head_dimension());
+  if (m.tied_embeddings) out += ", tied embeddings";
+  if (m.qkv_bias) out += ", q/k/v bias";
+  return out + fmt::format(", {} parameters", describe_count(m.parameters()));
+}
+
+/// One line on how a step trains, batch and sequence aside: "bf16, LoRA r=8 on q_proj,v_proj,
+/// flash attention, steady-state peak".
+inline std::string describe_setup(const Step& s) {
+  std::string out(to_string(s.precision));
+  out += s.mode == Mode::full ? std::string(", full fine-tuning")
+                              : fmt::format(", LoRA r={} on {}", s.lora.rank, to_string(s.lora.targets));
+  if (s.gradient_checkpointing) out += ", gradient checkpointing";
+  out += fmt::format(", {} attention", to_string(s.attention));
+  if (s.logits_retained) out += ", logits retained through backward";
+  return out + (s.peak_over == PeakOver::steady ? ", steady-state peak" : ", first-step peak");
+}
+
+/// One line on a step: "batch 4 x seq 2048 (8192 tokens), bf16, LoRA r=8 on q_proj,v_proj,
+/// flash attention, steady-state peak".
+inline std::string describe(const Step& s) {
+  std::string out = fmt::format("batch {} x seq {}", s.batch, s.seq);
+  if (s.batch != 0 && s.seq <= std::numeric_limits<std::uint64_t>::max() / s.batch)
+    out += fmt::format(" ({} tokens)", s.batch * s.seq);
+  return out + ", " + describe_setup(s);
+}
+
+/// One row of a sweep: a step's prediction and, when the step was run, what it really took.
+struct SweepRow {
+  std::uint64_t batch = 0;                       ///< sequences per step
+  std::uint64_t seq = 0;                         ///< the sequence length asked for
+  Bytes predicted{};                             ///< the predicted peak of allocated bytes
+  std::optional<Bytes> real{};                   ///< the measured peak, when the step was run
+  std::optional<std::uint64_t> realised_seq{};   ///< the sequence length the run really had
+  std::optional<bool> fits{};                    ///< whether the step fits the budget, when one was given
+
+  /// predicted / real; empty without a real peak (or with a real peak of 0).
+  [[nodiscard]] std::optional<double> ratio() const {
+    if (!real || real->count() == 0) return std::nullopt;
+    return static_cast<double>(predicted.count()) / static_cast<double>(real->count());
+  }
+  /// The record's verdict: "over-predicts: safe" when predicted >= real (compared in bytes,
+  /// not through the rounded ratio), "UNDER-PREDICTS: unsafe" when below, "" without a real peak.
+  [[nodiscard]] std::string_view verdict() const {
+    if (!real) return "";
+    return predicted >= *real ? "over-predicts: safe" : "UNDER-PREDICTS: unsafe";
+  }
+};
+
+/**
+ * The record's sweep table, one row per step: seq, batch, predicted, real, pred/real (3
+ * decimals and "x"), verdict, realised sequence length; blank cells where a value is unknown,
+ * and a "fits" column when any row has one.
+ *
+ *      seq  batch  predicted      real  pred/real  verdict              realised
+ *     2048      1   1.596 GB  1.365 GB     1.169x  over-predicts: safe      2048
+ */
+inline std::string sweep_table(std::span<const SweepRow> rows) {
+  using Align = detail::TextTable::Align;
+  const bool with_fits = std::any_of(rows.begin(), rows.end(), [](const SweepRow& r) { return r.fits.has_value(); });
+  std::vector<Align> columns = {Align::right, Align::right, Align::right, Align::right,
+                                Align::right, Align::left,  Align::right};
+  std::vector<std::string> heading = {"seq", "batch", "predicted", "real", "pred/real", "verdict", "realised"};
+  if (with_fits) {
+    columns.push_back(Align::left);
+    heading.emplace_back("fits");
+  }
+  detail::TextTable table(std::move(columns));
+  table.add_row(std::move(heading));
+  for (const SweepRow& r : rows) {
+    const auto ratio = r.ratio();
+    std::vector<std::string> cells = {fmt::format("{}", r.seq),
+                                      fmt::format("{}", r.batch),
+                                      detail::scaled(r.predicted.count(), detail::decimal_byte_units, 1000, " "),
+                                      r.real ? detail::scaled(r.real->count(), detail::decimal_byte_units, 1000, " ")
+                                             : std::string(),
+                                      ratio ? fmt::format("{:.3f}x", *ratio) : std::string(),
+                                      std::string(r.verdict()),
+                                      r.realised_seq ? fmt::format("{}", *r.realised_seq) : std::string()};
+    if (with_fits) cells.emplace_back(r.fits ? (*r.fits ? "yes" : "no") : "");
+    table.add_row(std::move(cells));
+  }
+  return table.render();
+}
+
+}  // namespace vramfit
+
+/**
+ * `vramfit::Bytes`: decimal units by default ("1.365 GB", "512.0 MB", "812 B"); `i` for binary
+ * units ("1.27 GiB"); `n` for the plain integer. Fill, alignment and width as for strings, right
+ * aligned by default: "{:>12}", "{:<10i}", "{:20n}".
+ */
+template <>
+struct fmt::formatter<vramfit::Bytes> {
+  vramfit::detail::TextLayout layout;
+  char presentation = 'd';  ///< d: decimal units, i: binary units, n: the number of bytes
+
+  constexpr auto parse(format_parse_context& ctx) -> decltype(ctx.begin()) {
+    auto it = layout.parse(ctx.begin(), ctx.end());
+    if (it != ctx.end() && (*it == 'i' || *it == 'n')) presentation = *it++;
+    if (it != ctx.end() && *it != '}')
+      throw format_error("invalid format for vramfit::Bytes: expected [[fill]align][width][i|n]");
+    return it;
+  }
+
+  auto format(vramfit::Bytes b, format_context& ctx) const -> decltype(ctx.out()) {
+    namespace vd = vramfit::detail;
+    const std::string text = presentation == 'n'   ? fmt::format("{}", b.count())
+                             : presentation == 'i' ? vd::scaled(b.count(), vd::binary_byte_units, 1024, " ")
+                                                   : vd::scaled(b.count(), vd::decimal_byte_units, 1000, " ");
+    return layout.write(ctx.out(), text);
+  }
+};
+
+/// `vramfit::Phase` as words ("loss backward"); string format specs apply ("{:<24}").
+template <>
+struct fmt::formatter<vramfit::Phase> : fmt::formatter<std::string_view> {
+  auto format(vramfit::Phase p, format_context& ctx) const -> decltype(ctx.out()) {
+    return fmt::formatter<std::string_view>::format(vramfit::to_string(p), ctx);
+  }
+};
+
+/**
+ * `vramfit::Prediction`: the stack, the peak and its phase, what a budget must cover, then each
+ * term's bytes at every phase in GB (10^9 bytes), the peak's column marked with `*`:
+ *
+ *     stack:     hf-peft
+ *     peak:      2.849 GB allocated, in the loss backward
+ *     required:  3.030 GB with the allocator's margin
+ *
+ *     GB                         loss   backward of   backward of   optimizer
+ *                  forward   backward*   last layer   first layer        step
+ *     parameters     0.275      0.275         0.275         0.276       0.278
+ *     ...
+ *     total          2.648      2.849         1.660         0.378       0.312
+ *     * the phase of the peak
+ */
+template <>
+struct fmt::formatter<vramfit::Prediction> {
+  constexpr auto parse(format_parse_context& ctx) -> decltype(ctx.begin()) {
+    auto it = ctx.begin();
+    if (it != ctx.end() && *it != '}') throw format_error("vramfit::Prediction takes no format spec");
+    return it;
+  }
+
+  auto format(const vramfit::Prediction& p, format_context& ctx) const -> decltype(ctx.out()) {
+    using namespace vramfit;
+    using Align = vramfit::detail::TextTable::Align;
+    auto out = fmt::format_to(ctx.out(), "stack:     {}\npeak:      {} allocated, in the {}\n",
+                              p.stack.empty() ? std::string_view("(unnamed)") : p.stack, p.peak, p.phase);
+    out = fmt::format_to(out, "required:  {} with the allocator's margin\n\n", p.required);
+
+    std::vector<Align> columns(1 + phase_count, Align::right);
+    columns[0] = Align::left;
+    vramfit::detail::TextTable table(std::move(columns));
+    std::vector<std::string> first = {"GB"}, second = {""};
+    for (Phase phase : all_phases) {
+      const auto& heading = vramfit::detail::phase_headings[static_cast<std::size_t>(phase)];
+      first.push_back(std::string(heading[0]) + " ");
+      second.push_back(std::string(heading[1]) + (phase == p.phase ? "*" : " "));
+    }
+    table.add_row(std::move(first));
+    table.add_row(std::move(second));
+    const auto add = [&](std::string_view name, const PhaseBytes& bytes) {
+      std::vector<std::string> cells = {std::string(name)};
+      for (Phase phase : all_phases) cells.push_back(vramfit::detail::gigabytes_cell(bytes[phase]) + " ");
+      table.add_row(std::move(cells));
+    };
+    for (std::size_t k = 0; k < p.term_count && k < p.terms.size(); ++k) add(p.terms[k].name, p.terms[k].bytes);
+    add("total", p.phases);
+    table.add_line("* the phase of the peak");
+    const std::string text = table.render();
+    return std::copy(text.begin(), text.end(), out);
+  }
+};
