@@ -1,0 +1,301 @@
+// config_json.hpp: Hugging Face config.json files into model shapes; every error names its field.
+#include <doctest/doctest.h>
+
+#if VRAMFIT_HAS_JSON
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "vramfit/config_json.hpp"
+#include "vramfit/presets.hpp"
+
+using vramfit::InvalidInput;
+using vramfit::ModelShape;
+using vramfit::load_hf_config;
+using vramfit::parse_hf_config;
+
+namespace {
+
+const std::filesystem::path configs = std::filesystem::path(VRAMFIT_TEST_DATA_DIR) / "configs";
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  REQUIRE(in);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// The error a config text raises: field and full message; field "<parsed>" when none.
+struct Failure {
+  std::string field;
+  std::string message;
+};
+Failure failure_of(const std::string& text) {
+  try {
+    (void)parse_hf_config(text);
+  } catch (const InvalidInput& e) {
+    return {e.field(), e.what()};
+  }
+  return {"<parsed>", ""};
+}
+Failure failure_of_file(const std::filesystem::path& p) {
+  try {
+    (void)load_hf_config(p);
+  } catch (const InvalidInput& e) {
+    return {e.field(), e.what()};
+  }
+  return {"<parsed>", ""};
+}
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+/// A minimal Llama config; `extra` is spliced in as more members (a later duplicate key wins).
+std::string llama(const std::string& extra = "") {
+  return R"({"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 160,
+             "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2)" +
+         (extra.empty() ? std::string() : ", " + extra) + "}";
+}
+
+}  // namespace
+
+TEST_CASE("the public configs give the presets' shapes") {
+  for (const char* name : {"SmolLM2-135M", "Qwen2.5-0.5B", "Llama-3.2-1B", "Mistral-7B-v0.1"}) {
+    CAPTURE(name);
+    const ModelShape loaded = load_hf_config(configs / (std::string(name) + ".json"));
+    ModelShape expected = vramfit::preset(name);
+    // Presets spell head_dim out; SmolLM2's and Qwen2.5's config.json leave it to hidden / heads.
+    CHECK(loaded.head_dimension() == expected.head_dimension());
+    expected.head_dim = loaded.head_dim;
+    CHECK(loaded == expected);
+  }
+}
+
+TEST_CASE("fields of the public configs, by hand") {
+  const ModelShape qwen = load_hf_config(configs / "Qwen2.5-0.5B.json");
+  CHECK(qwen.vocab == 151936);
+  CHECK(qwen.hidden == 896);
+  CHECK(qwen.kv_heads == 2);
+  CHECK(qwen.head_dim == 0);  // absent: hidden / heads = 64
+  CHECK(qwen.head_dimension() == 64);
+  CHECK(qwen.qkv_bias);  // Qwen2 always has q/k/v biases
+  CHECK(qwen.tied_embeddings);
+  CHECK(qwen.gated_mlp);
+  CHECK(qwen.parameters() == 494032768ULL);
+
+  const ModelShape mistral = load_hf_config(configs / "Mistral-7B-v0.1.json");
+  CHECK_FALSE(mistral.qkv_bias);
+  CHECK_FALSE(mistral.tied_embeddings);
+  CHECK(mistral.parameters() == 7241732096ULL);
+
+  const ModelShape llama32 = load_hf_config(configs / "Llama-3.2-1B.json");
+  CHECK(llama32.head_dim == 64);
+  CHECK(llama32.parameters() == 1235814400ULL);
+}
+
+TEST_CASE("defaults for absent fields") {
+  const ModelShape m = parse_hf_config(llama());
+  CHECK_FALSE(m.tied_embeddings);  // LlamaConfig: tie_word_embeddings=False
+  CHECK_FALSE(m.qkv_bias);         // attention_bias=False
+  CHECK(m.gated_mlp);
+  CHECK(m.head_dim == 0);
+
+  // num_key_value_heads absent or null: as many as the query heads.
+  const std::string no_kv = R"({"model_type": "llama", "vocab_size": 1000, "hidden_size": 64,
+      "intermediate_size": 160, "num_hidden_layers": 3, "num_attention_heads": 4})";
+  CHECK(parse_hf_config(no_kv).kv_heads == 4);
+  CHECK(parse_hf_config(llama(R"("num_key_value_heads": null)")).kv_heads == 4);
+  // head_dim null: hidden / heads.
+  CHECK(parse_hf_config(llama(R"("head_dim": null)")).head_dimension() == 16);
+  CHECK(parse_hf_config(llama(R"("head_dim": 32)")).head_dimension() == 32);
+  CHECK(parse_hf_config(llama(R"("tie_word_embeddings": true)")).tied_embeddings);
+}
+
+TEST_CASE("q/k/v biases by model type") {
+  const auto with_type = [](const char* type, const std::string& extra = "") {
+    return llama(std::string(R"("model_type": ")") + type + "\"" + (extra.empty() ? "" : ", " + extra));
+  };
+  CHECK(parse_hf_config(with_type("qwen2")).qkv_bias);
+  CHECK_FALSE(parse_hf_config(with_type("llama")).qkv_bias);
+  CHECK(parse_hf_config(with_type("llama", R"("attention_bias": true)")).qkv_bias);
+  CHECK_FALSE(parse_hf_config(with_type("llama", R"("attention_bias": false)")).qkv_bias);
+  // Mistral has no attention_bias option: the field is ignored.
+  CHECK_FALSE(parse_hf_config(with_type("mistral", R"("attention_bias": true)")).qkv_bias);
+  // Qwen2's biases are not optional.
+  CHECK(parse_hf_config(with_type("qwen2", R"("attention_bias": false)")).qkv_bias);
+}
+
+TEST_CASE("the MLP is gated whatever hidden_act names") {
+  CHECK(parse_hf_config(llama(R"("hidden_act": "silu")")).gated_mlp);
+  CHECK(parse_hf_config(llama(R"("hidden_act": "swish")")).gated_mlp);
+  CHECK(parse_hf_config(llama(R"("hidden_act": "gelu")")).gated_mlp);
+  const Failure f = failure_of(llama(R"("hidden_act": 3)"));
+  CHECK(f.field == "config.json: hidden_act");
+}
+
+TEST_CASE("model_type: given, or read from architectures; unsupported ones are named") {
+  const std::string body = R"("vocab_size": 1000, "hidden_size": 64, "intermediate_size": 160,
+      "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2)";
+  CHECK(parse_hf_config(R"({"architectures": ["Qwen2ForCausalLM"], )" + body + "}").qkv_bias);
+  CHECK_FALSE(parse_hf_config(R"({"architectures": ["MistralForCausalLM"], )" + body + "}").qkv_bias);
+  CHECK(parse_hf_config(R"({"architectures": ["Foo", "LlamaForCausalLM"], )" + body + "}").hidden == 64);
+
+  const Failure gpt2 = failure_of(R"({"model_type": "gpt2", )" + body + "}");
+  CHECK(gpt2.field == "config.json: model_type");
+  CHECK(contains(gpt2.message, "'gpt2'"));
+  CHECK(contains(gpt2.message, "llama, qwen2, mistral"));
+
+  const Failure none = failure_of("{" + body + "}");
+  CHECK(none.field == "config.json: model_type");
+  CHECK(contains(none.message, "missing"));
+  CHECK(contains(none.message, "LlamaForCausalLM"));
+
+  const Failure other_class = failure_of(R"({"architectures": ["GPT2LMHeadModel"], )" + body + "}");
+  CHECK(other_class.field == "config.json: model_type");
+
+  CHECK(failure_of(R"({"architectures": "LlamaForCausalLM", )" + body + "}").field == "config.json: architectures");
+  CHECK(failure_of(R"({"architectures": [7], )" + body + "}").field == "config.json: architectures");
+  CHECK(failure_of(R"({"model_type": 7, )" + body + "}").field == "config.json: model_type");
+  // Case matters, as in transformers' CONFIG_MAPPING.
+  CHECK(failure_of(R"({"model_type": "Llama", )" + body + "}").field == "config.json: model_type");
+}
+
+TEST_CASE("multimodal configs are refused, not read from their text_config") {
+  const Failure f = failure_of(R"({"model_type": "llava", "text_config": {"model_type": "llama"}})");
+  CHECK(f.field == "config.json: model_type");
+  CHECK(contains(f.message, "'llava'"));
+  CHECK(contains(f.message, "multimodal"));
+}
+
+TEST_CASE("integers must be non-negative JSON integers") {
+  struct Bad {
+    const char* member;
+    const char* field;
+    const char* says;
+  };
+  for (const Bad b : {Bad{R"("hidden_size": "64")", "config.json: hidden_size", "a string"},
+                      Bad{R"("hidden_size": 64.0)", "config.json: hidden_size", "without a fraction"},
+                      Bad{R"("hidden_size": 64.5)", "config.json: hidden_size", "without a fraction"},
+                      Bad{R"("hidden_size": 6.4e1)", "config.json: hidden_size", "without a fraction"},
+                      Bad{R"("hidden_size": -64)", "config.json: hidden_size", "non-negative"},
+                      Bad{R"("hidden_size": -64.5)", "config.json: hidden_size", "non-negative"},
+                      Bad{R"("hidden_size": true)", "config.json: hidden_size", "a boolean"},
+                      Bad{R"("hidden_size": null)", "config.json: hidden_size", "null"},
+                      Bad{R"("hidden_size": [64])", "config.json: hidden_size", "an array"},
+                      Bad{R"("hidden_size": {"value": 64})", "config.json: hidden_size", "an object"},
+                      Bad{R"("hidden_size": 99999999999999999999999)", "config.json: hidden_size", "out of range"},
+                      Bad{R"("num_key_value_heads": "2")", "config.json: num_key_value_heads", "a string"},
+                      Bad{R"("head_dim": 16.0)", "config.json: head_dim", "without a fraction"},
+                      Bad{R"("head_dim": 0)", "config.json: head_dim", "positive"},
+                      Bad{R"("tie_word_embeddings": 1)", "config.json: tie_word_embeddings", "true or false"},
+                      Bad{R"("tie_word_embeddings": "true")", "config.json: tie_word_embeddings", "true or false"},
+                      Bad{R"("attention_bias": "no")", "config.json: attention_bias", "true or false"}}) {
+    CAPTURE(b.member);
+    const Failure f = failure_of(llama(b.member));
+    CHECK(f.field == b.field);
+    CHECK(contains(f.message, b.says));
+  }
+}
+
+TEST_CASE("missing required fields are named") {
+  for (const char* field : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                            "num_attention_heads"}) {
+    CAPTURE(field);
+    nlohmann::json config = nlohmann::json::parse(llama());
+    config.erase(field);
+    const Failure f = failure_of(config.dump());
+    CHECK(f.field == std::string("config.json: ") + field);
+    CHECK(contains(f.message, "missing"));
+  }
+}
+
+TEST_CASE("inconsistent shapes are refused by validate, naming the config.json field") {
+  const Failure kv = failure_of(llama(R"("num_key_value_heads": 3)"));
+  CHECK(kv.field == "config.json: num_key_value_heads");
+  CHECK(kv.message == "config.json: num_key_value_heads: must divide heads (4), got 3");
+  CHECK(failure_of(llama(R"("num_key_value_heads": 8)")).field == "config.json: num_key_value_heads");
+  CHECK(failure_of(llama(R"("hidden_size": 0)")).field == "config.json: hidden_size");
+  CHECK(failure_of(llama(R"("vocab_size": 0)")).field == "config.json: vocab_size");
+  CHECK(failure_of(llama(R"("num_hidden_layers": 0)")).field == "config.json: num_hidden_layers");
+  CHECK(failure_of(llama(R"("num_attention_heads": 0)")).field == "config.json: num_attention_heads");
+  CHECK(failure_of(llama(R"("intermediate_size": 4294967296)")).field == "config.json: intermediate_size");
+  // hidden 66 is no multiple of 4 heads, and head_dim is not given.
+  CHECK(failure_of(llama(R"("hidden_size": 66)")).field == "config.json: head_dim");
+  CHECK(failure_of(llama(R"("hidden_size": 66, "head_dim": 16)")).field == "<parsed>");
+}
+
+TEST_CASE("Llama's mlp_bias is refused: the shape has no MLP biases") {
+  CHECK(failure_of(llama(R"("mlp_bias": false)")).field == "<parsed>");
+  const Failure f = failure_of(llama(R"("mlp_bias": true)"));
+  CHECK(f.field == "config.json: mlp_bias");
+  CHECK(failure_of(llama(R"("mlp_bias": 0)")).field == "config.json: mlp_bias");
+}
+
+TEST_CASE("malformed JSON names the source and the position") {
+  const Failure f = failure_of(R"({"model_type": "llama",
+  "vocab_size": 1000
+  "hidden_size": 64})");
+  CHECK(f.field == "config.json");
+  CHECK(contains(f.message, "malformed JSON"));
+  CHECK(contains(f.message, "line 3"));
+
+  // A number past double's range is a parse failure too.
+  const Failure overflow = failure_of(llama(R"("vocab_size": 1e400)"));
+  CHECK(overflow.field == "config.json");
+  CHECK(contains(overflow.message, "1e400"));
+
+  CHECK(failure_of("").field == "config.json");
+  CHECK(failure_of("{").field == "config.json");
+  // Valid JSON, but not an object.
+  const Failure array = failure_of("[1, 2]");
+  CHECK(array.field == "config.json");
+  CHECK(contains(array.message, "object"));
+  // A source name of the caller's choosing.
+  try {
+    (void)parse_hf_config(llama(R"("hidden_size": "64")"), "models/x/config.json");
+    FAIL("no exception");
+  } catch (const InvalidInput& e) {
+    CHECK(e.field() == "models/x/config.json: hidden_size");
+  }
+}
+
+TEST_CASE("broken fixture files") {
+  struct Broken {
+    const char* file;
+    const char* json_field;  // empty: the error names the file itself
+    const char* says;
+  };
+  for (const Broken b : {Broken{"broken-missing-hidden_size.json", "hidden_size", "missing"},
+                         Broken{"broken-string-num_hidden_layers.json", "num_hidden_layers", "a string"},
+                         Broken{"broken-negative-vocab_size.json", "vocab_size", "non-negative"},
+                         Broken{"broken-fractional-intermediate_size.json", "intermediate_size", "fraction"},
+                         Broken{"broken-unsupported-model_type.json", "model_type", "'gpt2'"},
+                         Broken{"broken-kv_heads-not-dividing.json", "num_key_value_heads", "divide"},
+                         Broken{"broken-malformed.json", "", "line 11"}}) {
+    CAPTURE(b.file);
+    const std::filesystem::path path = configs / b.file;
+    const std::string source = path.string();
+    const Failure f = failure_of_file(path);
+    CHECK(f.field == (*b.json_field ? source + ": " + b.json_field : source));
+    CHECK(contains(f.message, b.says));
+    // The text alone, under the default source name.
+    const Failure text = failure_of(read_text(path));
+    CHECK(text.field == (*b.json_field ? std::string("config.json: ") + b.json_field : std::string("config.json")));
+  }
+}
+
+TEST_CASE("unreadable files name --config, the path and the reason") {
+  const Failure missing = failure_of_file(configs / "no-such-config.json");
+  CHECK(missing.field == "--config");
+  CHECK(contains(missing.message, "no-such-config.json"));
+  CHECK(contains(missing.message, "No such file or directory"));
+
+  const Failure directory = failure_of_file(configs);
+  CHECK(directory.field == "--config");
+  CHECK(contains(directory.message, "Is a directory"));
+}
+
+#else
+TEST_CASE("config_json.hpp needs nlohmann-json" * doctest::skip()) {}
+#endif

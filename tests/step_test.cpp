@@ -1,0 +1,163 @@
+// Step: the words users type (parse_*), LoRA targets, and validation of a step against a model.
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <string>
+
+#include "vramfit/error.hpp"
+#include "vramfit/model.hpp"
+#include "vramfit/step.hpp"
+
+using namespace vramfit;
+
+namespace {
+
+constexpr ModelShape small{.vocab = 1000, .hidden = 64, .intermediate = 160, .layers = 3, .heads = 4, .kv_heads = 2};
+
+/// The field an `InvalidInput` thrown by `f` names, or "<no error>".
+std::string field_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InvalidInput& e) {
+    return e.field();
+  }
+  return "<no error>";
+}
+
+std::string invalid_field(const Step& s, const ModelShape& m = small) {
+  return field_of([&] { validate(s, m); });
+}
+
+}  // namespace
+
+TEST_CASE("parse_precision") {
+  CHECK(parse_precision("bf16") == Precision::bf16);
+  CHECK(parse_precision("BF16") == Precision::bf16);
+  CHECK(parse_precision("fp16") == Precision::fp16);
+  CHECK(parse_precision("Fp32") == Precision::fp32);
+  CHECK(field_of([] { (void)parse_precision("bf32"); }) == "--precision");
+  CHECK(field_of([] { (void)parse_precision(""); }) == "--precision");
+  CHECK(field_of([] { (void)parse_precision("float32", "precision"); }) == "precision");
+  CHECK(element_bytes(Precision::bf16) == 2);
+  CHECK(element_bytes(Precision::fp16) == 2);
+  CHECK(element_bytes(Precision::fp32) == 4);
+}
+
+TEST_CASE("parse_mode, parse_attention, parse_peak_over") {
+  CHECK(parse_mode("lora") == Mode::lora);
+  CHECK(parse_mode("FULL") == Mode::full);
+  CHECK(field_of([] { (void)parse_mode("qlora"); }) == "--mode");
+
+  CHECK(parse_attention("flash") == Attention::flash);
+  CHECK(parse_attention("math") == Attention::math);
+  CHECK(parse_attention("mem-efficient") == Attention::mem_efficient);
+  CHECK(parse_attention("mem_efficient") == Attention::mem_efficient);
+  CHECK(parse_attention("Efficient") == Attention::mem_efficient);
+  CHECK(field_of([] { (void)parse_attention("sdpa"); }) == "--attention");
+
+  CHECK(parse_peak_over("first") == PeakOver::first_step);
+  CHECK(parse_peak_over("STEADY") == PeakOver::steady);
+  CHECK(field_of([] { (void)parse_peak_over("second"); }) == "--phase");
+
+  // Names round-trip through to_string.
+  for (auto p : {Precision::bf16, Precision::fp16, Precision::fp32}) CHECK(parse_precision(to_string(p)) == p);
+  for (auto a : {Attention::flash, Attention::mem_efficient, Attention::math}) CHECK(parse_attention(to_string(a)) == a);
+  for (auto p : {PeakOver::first_step, PeakOver::steady}) CHECK(parse_peak_over(to_string(p)) == p);
+}
+
+TEST_CASE("parse_module and parse_targets") {
+  CHECK(parse_module("q_proj") == Module::q_proj);
+  CHECK(parse_module("DOWN_PROJ") == Module::down_proj);
+  CHECK(field_of([] { (void)parse_module("qkv_proj"); }) == "--lora-targets");
+
+  CHECK(parse_targets("q_proj,v_proj") == TargetSet::peft_default());
+  CHECK(parse_targets(" v_proj , q_proj ") == TargetSet::peft_default());
+  CHECK(parse_targets("all-linear") == TargetSet::all_linear());
+  CHECK(parse_targets("ALL_LINEAR") == TargetSet::all_linear());
+  CHECK(parse_targets("attention") == TargetSet::attention());
+  CHECK(parse_targets("q_proj,k_proj,v_proj,o_proj") == TargetSet::attention());
+  CHECK(parse_targets("down_proj") == TargetSet{Module::down_proj});
+  CHECK(parse_targets("q_proj,q_proj") == TargetSet{Module::q_proj});
+
+  const TargetSet mlp = parse_targets("gate_proj,up_proj,down_proj");
+  CHECK(mlp.has(Module::gate_proj));
+  CHECK(mlp.has(Module::up_proj));
+  CHECK(mlp.has(Module::down_proj));
+  CHECK_FALSE(mlp.has(Module::q_proj));
+  CHECK_FALSE(mlp.has(Module::o_proj));
+}
+
+TEST_CASE("parse_targets refuses bad lists, naming the field") {
+  for (const char* bad : {"", " ", "q_proj,", ",v_proj", "q_proj,,v_proj", "q_proj,foo", "qproj", "all",
+                          "q_proj v_proj", "lm_head"}) {
+    CAPTURE(bad);
+    CHECK(field_of([&] { (void)parse_targets(bad); }) == "--lora-targets");
+  }
+  CHECK(field_of([] { (void)parse_targets("foo", "targets"); }) == "targets");
+  try {
+    (void)parse_targets("q_proj,foo");
+    FAIL("no exception");
+  } catch (const InvalidInput& e) {
+    CHECK(std::string(e.what()).find("unknown module 'foo'") != std::string::npos);
+  }
+}
+
+TEST_CASE("parse_targets errors quote the whole list the user typed") {
+  // Core bug (step.hpp, parse_targets): the message quotes what is left of the list after the
+  // modules already read ("in ''" for "q_proj,"), not the list itself.
+  const auto message = [](const char* text) -> std::string {
+    try {
+      (void)parse_targets(text);
+    } catch (const InvalidInput& e) {
+      return e.what();
+    }
+    return "<no error>";
+  };
+  CHECK(message("q_proj,") == "--lora-targets: empty module name in 'q_proj,'");
+  CHECK(message("q_proj,,v_proj") == "--lora-targets: empty module name in 'q_proj,,v_proj'");
+  CHECK(message(",v_proj") == "--lora-targets: empty module name in ',v_proj'");
+}
+
+TEST_CASE("targets print in module order") {
+  CHECK(to_string(parse_targets("v_proj,q_proj")) == "q_proj,v_proj");
+  CHECK(to_string(TargetSet::attention()) == "q_proj,k_proj,v_proj,o_proj");
+  CHECK(to_string(TargetSet::all_linear()) == "all-linear");
+  CHECK(to_string(TargetSet{Module::up_proj, Module::down_proj}) == "up_proj,down_proj");
+  CHECK(TargetSet{}.empty());
+  CHECK_FALSE(TargetSet::peft_default().empty());
+}
+
+TEST_CASE("tokens and adapted modules") {
+  const Step s{.batch = 3, .seq = 512};
+  CHECK(s.tokens() == 1536);
+  CHECK(s.adapted(Module::q_proj));
+  CHECK(s.adapted(Module::v_proj));
+  CHECK_FALSE(s.adapted(Module::k_proj));
+  const Step full{.mode = Mode::full};
+  CHECK_FALSE(full.adapted(Module::q_proj));  // full fine-tuning has no adapters
+}
+
+TEST_CASE("validate(step) names each bad field") {
+  CHECK(invalid_field(Step{}) == "<no error>");
+  CHECK(invalid_field(Step{.batch = 0}) == "batch");
+  CHECK(invalid_field(Step{.batch = (1ULL << 20) + 1}) == "batch");
+  CHECK(invalid_field(Step{.batch = 1ULL << 20}) == "<no error>");
+  CHECK(invalid_field(Step{.seq = 0}) == "seq");
+  CHECK(invalid_field(Step{.seq = (1ULL << 24) + 1}) == "seq");
+  CHECK(invalid_field(Step{.seq = 1ULL << 24}) == "<no error>");
+  CHECK(invalid_field(Step{.lora = {.rank = 0}}) == "lora rank");
+  CHECK(invalid_field(Step{.lora = {.rank = 65537}}) == "lora rank");
+  CHECK(invalid_field(Step{.lora = {.rank = 65536}}) == "<no error>");
+  CHECK(invalid_field(Step{.lora = {.rank = 8, .targets = TargetSet{}}}) == "lora targets");
+  // Full fine-tuning has no adapters: rank and targets are not looked at.
+  CHECK(invalid_field(Step{.mode = Mode::full, .lora = {.rank = 0, .targets = TargetSet{}}}) == "<no error>");
+
+  // gate_proj only exists in a gated MLP.
+  ModelShape plain = small;
+  plain.gated_mlp = false;
+  const Step on_gate{.lora = {.rank = 8, .targets = TargetSet::all_linear()}};
+  CHECK(invalid_field(on_gate, small) == "<no error>");
+  CHECK(invalid_field(on_gate, plain) == "lora targets");
+  CHECK(invalid_field(Step{.lora = {.rank = 8, .targets = {Module::up_proj, Module::down_proj}}}, plain) ==
+        "<no error>");
+}

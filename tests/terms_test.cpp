@@ -1,0 +1,281 @@
+// Cost terms, each priced by hand for one small made-up shape from the formulas in the comments of
+// terms.hpp and profiles.hpp. The expected numbers are written out as arithmetic; none of them
+// calls the code under test.
+//
+// The shape: V 1000, h 64, i 160, 3 layers, H 4 query heads of 16 (q width 64), 2 kv heads (kv
+// width 32), gated MLP, untied, no biases. The step: batch 2, seq 8 (T = 16 tokens), bf16 (e = 2),
+// LoRA rank 4 on q_proj and v_proj unless a case says otherwise.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+
+#include "vramfit/model.hpp"
+#include "vramfit/phase.hpp"
+#include "vramfit/profiles.hpp"
+#include "vramfit/step.hpp"
+#include "vramfit/terms.hpp"
+
+using namespace vramfit;
+
+namespace {
+
+constexpr ModelShape small{.vocab = 1000, .hidden = 64, .intermediate = 160, .layers = 3, .heads = 4, .kv_heads = 2};
+constexpr Step lora_qv{.batch = 2, .seq = 8, .lora = {.rank = 4, .targets = TargetSet::peft_default()}};
+constexpr std::uint64_t T = 16;
+
+using HfPeft = profiles::HfPeft;
+using LibTorch = profiles::LibTorch;
+
+/// Checks every phase of `got` against the five expected figures.
+void check_phases(const PhaseBytes& got, std::uint64_t forward, std::uint64_t loss_backward, std::uint64_t backward_top,
+                  std::uint64_t backward_bottom, std::uint64_t optimizer_step) {
+  CHECK(got[Phase::forward].count() == forward);
+  CHECK(got[Phase::loss_backward].count() == loss_backward);
+  CHECK(got[Phase::backward_top].count() == backward_top);
+  CHECK(got[Phase::backward_bottom].count() == backward_bottom);
+  CHECK(got[Phase::optimizer_step].count() == optimizer_step);
+}
+
+// Parameters of the shape: per layer q 64x64 + k 64x32 + v 64x32 + o 64x64 + 3 x 64x160 + 2 norms x 64.
+constexpr std::uint64_t layer_params = 4096 + 2048 + 2048 + 4096 + 3 * 10240 + 2 * 64;  // 43136
+constexpr std::uint64_t embedding_params = 1000 * 64;                                    // 64000
+// 3 layers + embedding + untied lm_head + final norm.
+constexpr std::uint64_t all_params = 3 * layer_params + 2 * embedding_params + 64;  // 257472
+// LoRA rank 4 on q (64 -> 64) and v (64 -> 32): r x (d_in + d_out) each, per layer.
+constexpr std::uint64_t adapter_params_qv = 3 * (4 * (64 + 64) + 4 * (64 + 32));  // 2688
+
+}  // namespace
+
+TEST_CASE("ParameterTerm: LoRA under hf-peft (fp32 adapters, foreach AdamW)") {
+  const std::uint64_t weights = 2 * all_params;          // bf16 weights
+  const std::uint64_t adapters = 4 * adapter_params_qv;  // fp32 adapters
+  const std::uint64_t moments = 2 * adapters;            // exp_avg, exp_avg_sq in the adapters' dtype
+  const std::uint64_t temporaries = adapters;            // foreach: one temporary per trainable param
+  const std::uint64_t last_layer_grads = adapters / 3;
+
+  CHECK(ParameterTerm<HfPeft>::adapter_parameters(small, lora_qv) == adapter_params_qv);
+
+  SUBCASE("steady: the moments live through the whole step") {
+    const std::uint64_t persistent = weights + adapters + moments;
+    check_phases(ParameterTerm<HfPeft>{}(small, lora_qv), persistent, persistent, persistent + last_layer_grads,
+                 persistent + adapters, weights + adapters + adapters + moments + temporaries);
+  }
+  SUBCASE("first step: the moments appear in the optimizer step") {
+    Step first = lora_qv;
+    first.peak_over = PeakOver::first_step;
+    const std::uint64_t persistent = weights + adapters;
+    check_phases(ParameterTerm<HfPeft>{}(small, first), persistent, persistent, persistent + last_layer_grads,
+                 persistent + adapters, weights + adapters + adapters + moments + temporaries);
+  }
+}
+
+TEST_CASE("ParameterTerm: LoRA under libtorch (adapters in bf16, per-tensor AdamW)") {
+  const std::uint64_t weights = 2 * all_params;
+  const std::uint64_t adapters = 2 * adapter_params_qv;
+  const std::uint64_t moments = 2 * adapters;
+  // Two temporaries the size of the largest adapter tensor: q's lora_B is 64 x 4 (bf16).
+  const std::uint64_t temporaries = 2 * (2 * 4 * 64);
+  const std::uint64_t persistent = weights + adapters + moments;
+  check_phases(ParameterTerm<LibTorch>{}(small, lora_qv), persistent, persistent, persistent + adapters / 3,
+               persistent + adapters, weights + adapters + adapters + moments + temporaries);
+}
+
+TEST_CASE("ParameterTerm: full fine-tuning") {
+  Step full = lora_qv;
+  full.mode = Mode::full;
+  // Grads at the top: lm_head (V x h) + final norm (h) + the last layer, in bf16.
+  const std::uint64_t top_grads = 2 * (embedding_params + 64) + 2 * layer_params;
+
+  SUBCASE("hf-peft, untied: foreach temporaries the size of all weights (10 B/param at the step)") {
+    const std::uint64_t weights = 2 * all_params;
+    const std::uint64_t persistent = weights + 2 * weights;
+    check_phases(ParameterTerm<HfPeft>{}(small, full), persistent, persistent, persistent + top_grads,
+                 persistent + weights, 5 * weights);
+    CHECK(5 * weights == 10 * all_params);
+  }
+  SUBCASE("libtorch, tied: per-tensor temporaries of the embedding; the tied grad's extra copy") {
+    ModelShape tied = small;
+    tied.tied_embeddings = true;
+    const std::uint64_t weights = 2 * (all_params - embedding_params);
+    const std::uint64_t persistent = weights + 2 * weights;
+    const std::uint64_t temporaries = 2 * (2 * embedding_params);  // two copies of the 1000 x 64 embedding
+    const std::uint64_t tied_grad = 2 * embedding_params;
+    check_phases(ParameterTerm<LibTorch>{}(tied, full), persistent, persistent, persistent + top_grads,
+                 persistent + weights + tied_grad, weights + weights + 2 * weights + temporaries);
+  }
+}
+
+TEST_CASE("ActivationTerm: LoRA under hf-peft, with per-module fp32 casts") {
+  // Per token, one layer saves:
+  const std::uint64_t norms = 2 * (4 * 64 + 4);             // fp32 copy + rsqrt, two RMSNorms
+  const std::uint64_t attention = 2 * (64 + 32 + 32) + 2 * 64 + 4 * 4;  // q, k, v, output, fp32 lse per head
+  const std::uint64_t mlp = 3 * 2 * 160;                    // gate out, SiLU out, up out
+  const std::uint64_t adapters = 2 * (4 * 64 + 4 * 4);      // q and v: own fp32 copy of x + fp32 lora_A output
+  const std::uint64_t layer = (norms + attention + mlp + adapters) * T;
+  CHECK(norms + attention + mlp + adapters == 2424);
+  // Backward transients per token: 2 hidden grads + max(MLP 3 e i, flash: dq dk dv + fp32 dq + row sums
+  // + per-query-head dk dv under GQA).
+  const std::uint64_t mlp_backward = 3 * 2 * 160;
+  const std::uint64_t flash_backward = 2 * (64 + 2 * 32) + 4 * 64 + 4 * 4 + 2 * 2 * 64;
+  REQUIRE(mlp_backward > flash_backward);  // 960 > 784
+  const std::uint64_t transient = (2 * 2 * 64 + mlp_backward) * T;
+  const std::uint64_t head = (4 * 64 + 4) * T;          // final norm (frozen weight)
+  const std::uint64_t fixed = 4 * 8 * T + 2 * 2 * 8 * 16;  // four int64 token buffers; cos + sin (seq x head_dim)
+
+  SUBCASE("flash, no checkpointing") {
+    check_phases(ActivationTerm<HfPeft>{}(small, lora_qv), 3 * layer + head + fixed, 3 * layer + head + fixed,
+                 3 * layer + transient + fixed, layer + transient + fixed, 0);
+  }
+  SUBCASE("gradient checkpointing: layer inputs, then one layer recomputed at a time") {
+    Step s = lora_qv;
+    s.gradient_checkpointing = true;
+    const std::uint64_t input = 2 * 64 * T;  // bf16 layer input
+    check_phases(ActivationTerm<HfPeft>{}(small, s), 3 * input + head + fixed, 3 * input + head + fixed,
+                 3 * input + layer + transient + fixed, input + layer + transient + fixed, 0);
+  }
+  SUBCASE("math attention: fp32 probabilities saved, two more score-sized buffers in backward") {
+    Step s = lora_qv;
+    s.attention = Attention::math;
+    const std::uint64_t scores = 2 * 4 * 8 * 8;  // batch x heads x seq x seq
+    const std::uint64_t math_layer = layer + 4 * scores;
+    const std::uint64_t math_transient = transient + 8 * scores;
+    check_phases(ActivationTerm<HfPeft>{}(small, s), 3 * math_layer + head + fixed, 3 * math_layer + head + fixed,
+                 3 * math_layer + math_transient + fixed, math_layer + math_transient + fixed, 0);
+  }
+  SUBCASE("mem-efficient attention is priced as flash (linear in sequence)") {
+    Step s = lora_qv;
+    s.attention = Attention::mem_efficient;
+    CHECK(ActivationTerm<HfPeft>{}(small, s) == ActivationTerm<HfPeft>{}(small, lora_qv));
+  }
+}
+
+TEST_CASE("ActivationTerm: hf-peft LoRA on all linear projections") {
+  Step s = lora_qv;
+  s.lora.targets = TargetSet::all_linear();
+  const std::uint64_t norms = 2 * (4 * 64 + 4);
+  const std::uint64_t attention = 2 * (64 + 32 + 32) + 2 * 64 + 4 * 4;
+  const std::uint64_t mlp = 3 * 2 * 160;
+  // Each adapter: its own fp32 copy of its input + its fp32 lora_A output (rank 4).
+  const std::uint64_t adapters = 3 * (4 * 64 + 4 * 4)  // q, k, v read the normed hidden state (64)
+                                 + (4 * 64 + 4 * 4)    // o reads the attention output (64)
+                                 + 2 * (4 * 64 + 4 * 4)  // gate, up read the normed hidden state
+                                 + (4 * 160 + 4 * 4);  // down reads the product (160)
+  const std::uint64_t layer = (norms + attention + mlp + adapters) * T;
+  // down_proj's cast adds the fp32 grad of its input copy and its cast back: (4 + 2) x i.
+  const std::uint64_t mlp_backward = 3 * 2 * 160 + (4 + 2) * 160;
+  const std::uint64_t transient = (2 * 2 * 64 + mlp_backward) * T;
+  const std::uint64_t head = (4 * 64 + 4) * T;
+  const std::uint64_t fixed = 4 * 8 * T + 2 * 2 * 8 * 16;
+  check_phases(ActivationTerm<HfPeft>{}(small, s), 3 * layer + head + fixed, 3 * layer + head + fixed,
+               3 * layer + transient + fixed, layer + transient + fixed, 0);
+}
+
+TEST_CASE("ActivationTerm: LoRA under libtorch, without casts") {
+  const std::uint64_t norms = 2 * (2 * 64 + 4);  // fused rms_norm: bf16 input + fp32 inverse RMS
+  const std::uint64_t attention = 2 * (64 + 32 + 32) + 2 * 64 + 4 * 4;
+  // q and v share their input: saved once (bf16), plus each lora_A output (bf16, rank 4).
+  const std::uint64_t adapters = 2 * 64 + 2 * (2 * 4);
+  const std::uint64_t head = (2 * 64 + 4) * T;
+  const std::uint64_t fixed = 8 * T + 2 * 2 * 8 * 16;  // one int64 buffer (labels are the ids)
+
+  SUBCASE("gated MLP: the MLP's backward is the larger transient") {
+    const std::uint64_t layer = (norms + attention + 3 * 2 * 160 + adapters) * T;
+    const std::uint64_t transient = (2 * 2 * 64 + 3 * 2 * 160) * T;
+    check_phases(ActivationTerm<LibTorch>{}(small, lora_qv), 3 * layer + head + fixed, 3 * layer + head + fixed,
+                 3 * layer + transient + fixed, layer + transient + fixed, 0);
+  }
+  SUBCASE("plain MLP: flash attention's backward is the larger transient") {
+    ModelShape plain = small;
+    plain.gated_mlp = false;
+    const std::uint64_t layer = (norms + attention + 2 * 160 + adapters) * T;  // MLP saves the up output only
+    const std::uint64_t mlp_backward = 2 * 2 * 160;
+    const std::uint64_t flash_backward = 2 * (64 + 2 * 32) + 4 * 64 + 4 * 4 + 2 * 2 * 64;
+    REQUIRE(flash_backward > mlp_backward);  // 784 > 640
+    const std::uint64_t transient = (2 * 2 * 64 + flash_backward) * T;
+    check_phases(ActivationTerm<LibTorch>{}(plain, lora_qv), 3 * layer + head + fixed, 3 * layer + head + fixed,
+                 3 * layer + transient + fixed, layer + transient + fixed, 0);
+  }
+  SUBCASE("multi-head attention (kv = heads): no per-query-head dk, dv") {
+    ModelShape mha = small;
+    mha.kv_heads = 4;
+    mha.gated_mlp = false;
+    // q, k, v all 64 wide now.
+    const std::uint64_t mha_attention = 2 * (64 + 64 + 64) + 2 * 64 + 4 * 4;
+    const std::uint64_t layer = (norms + mha_attention + 2 * 160 + 2 * 64 + 2 * (2 * 4)) * T;
+    const std::uint64_t flash_backward = 2 * (64 + 2 * 64) + 4 * 64 + 4 * 4;  // 656 > MLP's 640
+    const std::uint64_t transient = (2 * 2 * 64 + flash_backward) * T;
+    const PhaseBytes got = ActivationTerm<LibTorch>{}(mha, lora_qv);
+    CHECK(got[Phase::backward_bottom].count() == layer + transient + fixed);
+  }
+}
+
+TEST_CASE("ActivationTerm: full fine-tuning under hf-peft") {
+  Step full = lora_qv;
+  full.mode = Mode::full;
+  // Norms with a trainable weight also save the bf16 pre-weight copy.
+  const std::uint64_t norm = 4 * 64 + 4 + 2 * 64;
+  const std::uint64_t attention = 2 * (64 + 32 + 32) + 2 * 64 + 4 * 4;
+  const std::uint64_t mlp = 3 * 2 * 160;
+  // Trainable weights save their inputs once per distinct input: q/k/v (h), gate/up (h), down (i);
+  // o_proj's input is the attention output, already saved.
+  const std::uint64_t inputs = 2 * 64 + 2 * 64 + 2 * 160;
+  const std::uint64_t layer = (2 * norm + attention + mlp + inputs) * T;
+  const std::uint64_t transient = (2 * 2 * 64 + 3 * 2 * 160) * T;
+  const std::uint64_t head = (norm + 2 * 64) * T;  // final norm + lm_head's input
+  const std::uint64_t fixed = 4 * 8 * T + 2 * 2 * 8 * 16;
+  const std::uint64_t embedding_backward = 4 * 64 * T;  // fp32 per-token accumulation
+
+  check_phases(ActivationTerm<HfPeft>{}(small, full), 3 * layer + head + fixed, 3 * layer + head + fixed,
+               3 * layer + transient + fixed, layer + transient + fixed + embedding_backward, 0);
+}
+
+TEST_CASE("LogitsTerm: bytes per logits element") {
+  const std::uint64_t elements = T * 1000;  // tokens x vocab
+
+  SUBCASE("hf-peft, bf16: logits + fp32 copy + fp32 log-softmax; 12 B at the loss backward") {
+    check_phases(LogitsTerm<HfPeft>{}(small, lora_qv), (2 + 4 + 4) * elements, 12 * elements, 0, 0, 0);
+  }
+  SUBCASE("hf-peft, bf16, logits kept by the caller: 2 more bytes from the loss backward to the step") {
+    Step s = lora_qv;
+    s.logits_retained = true;
+    check_phases(LogitsTerm<HfPeft>{}(small, s), (2 + 4 + 4) * elements, (12 + 2) * elements, 2 * elements,
+                 2 * elements, 2 * elements);
+  }
+  SUBCASE("libtorch, bf16: straight into cross_entropy; 6 B at the loss backward") {
+    check_phases(LogitsTerm<LibTorch>{}(small, lora_qv), (2 + 2) * elements, 6 * elements, 0, 0, 0);
+    Step s = lora_qv;
+    s.logits_retained = true;
+    check_phases(LogitsTerm<LibTorch>{}(small, s), (2 + 2) * elements, (6 + 2) * elements, 2 * elements,
+                 2 * elements, 2 * elements);
+  }
+  SUBCASE("fp32 model: no copy to make, the loss is fp32 on both stacks") {
+    Step s = lora_qv;
+    s.precision = Precision::fp32;
+    check_phases(LogitsTerm<HfPeft>{}(small, s), (4 + 4) * elements, 12 * elements, 0, 0, 0);
+    check_phases(LogitsTerm<LibTorch>{}(small, s), (4 + 4) * elements, 12 * elements, 0, 0, 0);
+  }
+  SUBCASE("the logits term is the same in full fine-tuning and under checkpointing") {
+    Step s = lora_qv;
+    s.mode = Mode::full;
+    s.gradient_checkpointing = true;
+    check_phases(LogitsTerm<HfPeft>{}(small, s), 10 * elements, 12 * elements, 0, 0, 0);
+  }
+}
+
+TEST_CASE("WorkspaceTerm: 32 MiB of cuBLAS workspace in every phase") {
+  const std::uint64_t workspace = 32ULL * 1024 * 1024;
+  check_phases(WorkspaceTerm<HfPeft>{}(small, lora_qv), workspace, workspace, workspace, workspace, workspace);
+  check_phases(WorkspaceTerm<LibTorch>{}(small, Step{.mode = Mode::full}), workspace, workspace, workspace, workspace,
+               workspace);
+}
+
+TEST_CASE("the standard terms model CostTerm and carry their names") {
+  CHECK(ParameterTerm<HfPeft>::name == "parameters");
+  CHECK(ActivationTerm<HfPeft>::name == "activations");
+  CHECK(LogitsTerm<LibTorch>::name == "logits");
+  CHECK(WorkspaceTerm<LibTorch>::name == "workspace");
+  CHECK(CostTerm<ParameterTerm<HfPeft>>);
+  CHECK(CostTerm<ActivationTerm<LibTorch>>);
+  CHECK(CostTerm<LogitsTerm<HfPeft>>);
+  CHECK(CostTerm<WorkspaceTerm<LibTorch>>);
+}
