@@ -79,11 +79,14 @@ struct ModelShape {
 
   /// Parameters of one decoder layer: projections, q/k/v biases, two RMSNorm weights.
   [[nodiscard]] constexpr std::uint64_t layer_parameters() const {
-    std::uint64_t n = 0;
-    for (Module m : all_modules)
-      if (has(m)) n = detail::checked_add(n, detail::checked_mul(dims(m).in, dims(m).out));
-    if (qkv_bias) n = detail::checked_add(n, detail::checked_add(q_width(), 2 * kv_width()));
-    return detail::checked_add(n, 2 * hidden);
+    using detail::checked_add;
+    using detail::checked_mul;
+    const std::uint64_t q = q_width(), kv = kv_width();
+    // q, k, v: hidden -> q, kv, kv; o: q -> hidden; MLP: (gated ? 3 : 2) x hidden x intermediate.
+    std::uint64_t n = checked_mul(hidden, checked_add(checked_add(q, q), checked_add(kv, kv)));
+    n = checked_add(n, checked_mul(checked_mul(hidden, intermediate), gated_mlp ? 3 : 2));
+    if (qkv_bias) n = checked_add(n, checked_add(q, checked_add(kv, kv)));
+    return checked_add(n, checked_add(hidden, hidden));
   }
   /// Parameters of the embedding matrix (vocab x hidden).
   [[nodiscard]] constexpr std::uint64_t embedding_parameters() const { return detail::checked_mul(vocab, hidden); }
@@ -111,10 +114,13 @@ struct ModelShape {
 
 namespace detail {
 inline constexpr std::uint64_t max_dimension = 1ULL << 24;  // 16.7M: wider than any real model
+/// The throw, out of line so that `require_range` inlines to two compares on the hot path.
+[[noreturn]] inline void out_of_range(std::string_view field, std::uint64_t v, std::uint64_t lo, std::uint64_t hi) {
+  throw InvalidInput(field, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
+                                std::to_string(v));
+}
 constexpr void require_range(std::string_view field, std::uint64_t v, std::uint64_t lo, std::uint64_t hi) {
-  if (v < lo || v > hi)
-    throw InvalidInput(field, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
-                                  std::to_string(v));
+  if (v < lo || v > hi) out_of_range(field, v, lo, hi);
 }
 }  // namespace detail
 
@@ -134,7 +140,11 @@ constexpr void validate(const ModelShape& m) {
     throw InvalidInput("head_dim", "is not given and hidden (" + std::to_string(m.hidden) +
                                        ") is not a multiple of heads (" + std::to_string(m.heads) + "); give head_dim");
   require_range("head_dim", m.head_dimension(), 1, 65536);
-  (void)m.parameters();  // throws Overflow for shapes whose counts leave 64 bits
+  try {
+    (void)m.parameters();
+  } catch (const Overflow&) {
+    throw InvalidInput("layers", "the parameter count of this shape does not fit in 64 bits");
+  }
 }
 
 }  // namespace vramfit

@@ -41,6 +41,17 @@ struct AllocatorMargin {
   constexpr Bytes operator()(Bytes peak) const {
     return Bytes(detail::checked_mul(peak.count() / 1000 + 1, per_mille)) + Bytes(fixed);
   }
+  /// Sets `peak` to the largest P with P + margin(P) <= budget; false when even P = 0 does not fit.
+  /// With P = 1000 q + r (r < 1000): P + margin(P) = q (1000 + per_mille) + r + per_mille + fixed.
+  constexpr bool largest_peak(Bytes budget, std::uint64_t& peak) const {
+    const std::uint64_t b = budget.count();
+    if (b < per_mille || b - per_mille < fixed) return false;
+    const std::uint64_t room = b - per_mille - fixed;
+    const std::uint64_t q = room / (1000 + per_mille);
+    const std::uint64_t rest = room - q * (1000 + per_mille);
+    peak = q * 1000 + (rest < 999 ? rest : 999);
+    return true;
+  }
 };
 
 inline constexpr std::size_t max_terms = 8;
@@ -123,41 +134,44 @@ public:
     step.batch = 1;
     validate(step, model);
     constexpr std::uint64_t limit = 1ULL << 20;
-    if (!fits_unchecked(model, step, budget)) return 0;
-    // Per phase: total(b) = c + k*b. The margin is monotone, so the candidate is an upper bound
-    // of the answer only after checking; walk to the exact boundary.
-    const Prediction one = evaluate(model, step);
+    Prediction one, two;
+    try {
+      one = evaluate(model, step);
+    } catch (const Overflow&) {
+      return 0;
+    }
+    if (!one.fits(budget)) return 0;
     step.batch = 2;
-    std::uint64_t candidate = limit;
-    bool overflowed = false;
-    Prediction two{};
     try {
       two = evaluate(model, step);
     } catch (const Overflow&) {
-      overflowed = true;
+      return 1;  // batch 2 overflows: nothing larger fits
     }
-    if (overflowed) return bisect(model, step, budget, &Step::batch, 1, limit);
+    // The margin is charged on the peak: the largest peak whose required bytes fit the budget.
+    std::uint64_t peak_room = 0;
+    (void)margin_.largest_peak(budget.usable, peak_room);  // true: batch 1 fits
+    // Per phase, total(b) = c + k b (the standard terms are affine in batch): the largest b that
+    // keeps every phase within peak_room.
+    std::uint64_t candidate = limit;
     for (Phase p : all_phases) {
-      const std::uint64_t k = two.phases[p].count() - one.phases[p].count();
-      const std::uint64_t c = one.phases[p].count() - k;
-      if (k == 0) continue;
-      // Without the margin: the allocated peak alone must fit.
-      const std::uint64_t room = budget.usable.count() > c ? budget.usable.count() - c : 0;
-      if (room / k < candidate) candidate = room / k;
+      const std::uint64_t at1 = one.phases[p].count(), at2 = two.phases[p].count();
+      if (at2 < at1 || at2 - at1 > at1) {  // not affine with c >= 0: leave it to bisection
+        candidate = 0;
+        break;
+      }
+      const std::uint64_t k = at2 - at1, c = at1 - k;
+      if (k != 0 && (peak_room - c) / k < candidate) candidate = (peak_room - c) / k;
     }
-    if (candidate < 1) candidate = 1;
-    step.batch = candidate;
-    // Step down while it does not fit (the margin), then up while the next one does.
-    std::uint64_t steps = 0;
-    while (step.batch > 1 && !fits_unchecked(model, step, budget) && steps++ < 64) --step.batch;
-    if (steps >= 64) return bisect(model, step, budget, &Step::batch, 1, step.batch);
-    while (step.batch < limit) {
-      Step next = step;
-      ++next.batch;
-      if (!fits_unchecked(model, next, budget)) break;
-      step = next;
-    }
-    return step.batch;
+    // Confirm with at most two more evaluations: the candidate fits and the next does not. A term
+    // that is not affine in batch can fail the check; bisection answers then.
+    const auto fits_at = [&](std::uint64_t b) {
+      if (b == 1) return one.fits(budget);
+      if (b == 2) return two.fits(budget);
+      step.batch = b;
+      return fits_unchecked(model, step, budget);
+    };
+    if (candidate >= 1 && fits_at(candidate) && (candidate == limit || !fits_at(candidate + 1))) return candidate;
+    return bisect(model, step, budget, &Step::batch, 1, limit);
   }
 
   /// The largest sequence length whose step fits (0 when seq 1 does not), by bisection over the

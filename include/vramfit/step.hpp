@@ -136,13 +136,14 @@ constexpr Module parse_module(std::string_view s, std::string_view field = "--lo
 /// "q_proj,v_proj", "all-linear" (also "all_linear"), or "attention" (q,k,v,o).
 constexpr TargetSet parse_targets(std::string_view s, std::string_view field = "--lora-targets") {
   s = detail::trim(s);
+  const std::string_view list = s;  // as typed, for messages
   if (detail::iequals(s, "all-linear") || detail::iequals(s, "all_linear")) return TargetSet::all_linear();
   if (detail::iequals(s, "attention")) return TargetSet::attention();
   TargetSet t;
   while (true) {
     const auto comma = s.find(',');
     const std::string_view word = detail::trim(s.substr(0, comma));
-    if (word.empty()) throw InvalidInput(field, "empty module name in '" + std::string(s) + "'");
+    if (word.empty()) throw InvalidInput(field, "empty module name in '" + std::string(list) + "'");
     const Module m = parse_module(word, field);
     t.bits = static_cast<std::uint8_t>(t.bits | (1u << static_cast<unsigned>(m)));
     if (comma == std::string_view::npos) break;

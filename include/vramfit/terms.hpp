@@ -160,7 +160,7 @@ struct ActivationTerm {
     const Bytes head = bytes_of(detail::norm_saved_per_token<P>(m, s) + (full ? e * m.hidden : 0), {T});
     // int64 ids and labels; cos and sin tables (seq x head_dim each, model dtype).
     const Bytes fixed = bytes_of(P::token_buffer_bytes, {T}) + bytes_of(2 * e, {s.seq, m.head_dimension()});
-    // Full fine-tuning of a tied embedding: embedding backward accumulates per token in fp32.
+    // Full fine-tuning: the embedding's backward accumulates per token in fp32.
     const Bytes embedding_backward = full ? bytes_of(4 * m.hidden, {T}) : Bytes{};
 
     PhaseBytes out;
