@@ -82,6 +82,8 @@ struct CliOptions {
   Precision precision = Precision::bf16;
   std::optional<Bytes> budget;  ///< --budget: what the allocator may use
   bool json = false;
+  bool instruments = false;      ///< probe --instruments: loss bytes per element, SDPA backends, stack
+  std::uint64_t repeats = 1;     ///< probe --repeats: runs of each step
 
   /// The step for one batch and sequence length, every other flag applied.
   [[nodiscard]] Step step(std::uint64_t batch, std::uint64_t seq) const {
@@ -227,6 +229,15 @@ inline constexpr std::array flags = {
            if (b.count() == 0) throw InvalidInput(f, "must be more than 0 bytes, got '" + std::string(v) + "'");
            o.budget = b;
          }},
+    Flag{"--instruments", "",
+         "measure instead of checking steps: bytes per logits element of the loss (bf16 and fp32-upcast) "
+         "across vocabularies, the extra memory of each SDPA backend and of the default, the stack record",
+         bit(Command::probe), "", [](CliOptions& o, std::string_view, std::string_view) { o.instruments = true; }},
+    Flag{"--repeats", "N", "run each step N times, 1 to 100, to show the spread (default 1)", bit(Command::probe), "",
+         [](CliOptions& o, std::string_view f, std::string_view v) {
+           o.repeats = detail::parse_positive(f, v);
+           if (o.repeats > 100) throw InvalidInput(f, "must be at most 100, got " + std::string(v));
+         }},
     Flag{"--json", "", "print one JSON object instead of text", detail::model_commands | bit(Command::presets),
          "print JSON lines instead of text: one object per line, a line per step",
          [](CliOptions& o, std::string_view, std::string_view) { o.json = true; }},
@@ -260,7 +271,7 @@ inline std::string command_list() {
 inline void check_combinations(const CliOptions& o) {
   if ((bit(o.command) & model_commands) == 0) return;
   if (o.model && o.config) throw InvalidInput("--config", "give either --model or --config, not both");
-  if (!o.model && !o.config)
+  if (!o.model && !o.config && !o.instruments)
     throw InvalidInput("--model", "a model is required: --model NAME (a built-in model, see `vramfit presets`) or "
                                   "--config PATH (a Hugging Face config.json)");
   if (o.mode == Mode::full) {

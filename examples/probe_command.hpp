@@ -1,0 +1,144 @@
+#pragma once
+/// @file probe_command.hpp
+/// `vramfit probe`: runs real steps through the Probe on CUDA device 0 and prints the record's
+/// table (seq, batch, predicted, real, pred/real, verdict, realised length), or JSON lines in the
+/// schema of tests/data/*.jsonl (so a sweep can be committed and replayed on the CPU);
+/// `vramfit probe --instruments` runs the instruments. Built only with VRAMFIT_WITH_PROBE.
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+#include <vramfit/config_json.hpp>
+#include <vramfit/probe.hpp>
+#include <vramfit/vramfit.hpp>
+
+#include "cli_options.hpp"
+
+namespace vramfit::cli {
+
+/// The reference step's knobs for a stack: the lean LibTorch step as it is, or the reference
+/// step mirroring what HF transformers + PEFT keep (fp32-upcast RMSNorm, fp32 adapters that cast
+/// their input per module, fp32 loss).
+inline probe::ReferenceOptions reference_options(Stack stack) {
+  probe::ReferenceOptions o;
+  if (stack == Stack::hf_peft) {
+    o.norm = probe::Norm::fp32_upcast;
+    o.adapter_dtype = at::kFloat;
+    o.loss_upcast = true;
+  }
+  return o;
+}
+
+namespace detail {
+
+inline nlohmann::ordered_json shape_json(const ModelShape& m) {
+  return {{"vocab", m.vocab},       {"hidden", m.hidden},
+          {"intermediate", m.intermediate}, {"layers", m.layers},
+          {"heads", m.heads},       {"kv_heads", m.kv_heads},
+          {"head_dim", m.head_dimension()}, {"tied_embeddings", m.tied_embeddings},
+          {"qkv_bias", m.qkv_bias}, {"gated_mlp", m.gated_mlp}};
+}
+
+inline nlohmann::ordered_json phase_json(const probe::StepMeasurement& s) {
+  return {{"weights", s.weights.count()},       {"peak", s.peak.count()},
+          {"forward", s.forward_peak.count()},  {"backward", s.backward_peak.count()},
+          {"optimizer", s.optimizer_peak.count()}, {"attention_backend", s.attention_backend}};
+}
+
+/// One checked step as a measurements row (the schema `vramfit::load_measurements` reads).
+inline std::string row_json(std::string_view model, std::string_view stack, const ModelShape& shape, const Step& step,
+                            const probe::CheckResult& r, std::uint64_t repeat, const probe::StackRecord& record) {
+  nlohmann::ordered_json j;
+  j["kind"] = "step";
+  j["stack_profile"] = stack;
+  j["model"] = model;
+  j["shape"] = shape_json(shape);
+  j["mode"] = to_string(step.mode);
+  j["lora_rank"] = step.mode == Mode::lora ? nlohmann::ordered_json(step.lora.rank) : nlohmann::ordered_json();
+  j["lora_targets"] =
+      step.mode == Mode::lora ? nlohmann::ordered_json(to_string(step.lora.targets)) : nlohmann::ordered_json();
+  j["gradient_checkpointing"] = step.gradient_checkpointing;
+  j["logits_retained"] = step.logits_retained;
+  j["attention"] = to_string(step.attention);
+  j["precision"] = to_string(step.precision);
+  j["batch"] = step.batch;
+  j["seq"] = step.seq;
+  j["repeat"] = repeat;
+  j["realised_seq"] = r.realised_seq;
+  j["predicted"] = r.predicted.count();
+  if (r.out_of_memory()) {
+    j["error"] = "OOM: " + (r.oom_requested ? fmt::format("tried to allocate {} bytes", r.oom_requested->count())
+                                            : std::string("size unknown"));
+  } else {
+    j["error"] = nullptr;
+    j["peak_first"] = r.real_first.count();
+    j["peak_steady"] = r.real_steady.count();
+    j["ratio"] = r.ratio;
+  }
+  j["verdict"] = r.verdict;
+  j["baseline"] = r.baseline.count();
+  j["phases"] = {{"step1", phase_json(r.step1)}, {"step2", phase_json(r.step2)}};
+  j["stack"] = probe::to_json(record);
+  return j.dump();
+}
+
+inline int run_instruments(const CliOptions& o) {
+  probe::PeakMeter meter(0);
+  const probe::StackRecord record = probe::stack_record(0);
+  std::puts(probe::to_json_line(record).c_str());
+  const std::vector<std::uint64_t> vocabs = {8192, 32768, 49152, 128256, 151936};
+  const std::uint64_t repeats = o.repeats < 3 ? 3 : o.repeats;
+  for (const auto& row : probe::measure_loss_bytes(meter, vocabs, 4096, static_cast<int>(repeats)))
+    std::puts(probe::to_json_line(row, record).c_str());
+  std::fflush(stdout);
+  for (const auto& row : probe::measure_sdpa_extra(meter, {1024, 2048, 3072, 4096, 6144, 8192}))
+    std::puts(probe::to_json_line(row, record).c_str());
+  return 0;
+}
+
+}  // namespace detail
+
+/// `vramfit probe`. Exit 0 when every step ran (an under-prediction is reported, not an error),
+/// 2 for bad input or no CUDA device.
+inline int run_probe_command(const CliOptions& o) {
+  if (o.instruments) return detail::run_instruments(o);
+  const std::string name = o.config ? o.config->string() : *o.model;
+  const ModelShape shape = o.config ? load_hf_config(*o.config) : preset(*o.model);
+  const std::string_view stack = o.stack == Stack::libtorch ? profiles::LibTorch::name : profiles::HfPeft::name;
+  probe::Probe probe(0, reference_options(o.stack));
+  const probe::StackRecord record = probe::stack_record(0);
+  if (!o.json)
+    fmt::print("probe on {} ({} GB), torch {}, stack {} (reference step mirrors it)\nmodel: {}\n", record.gpu_name,
+               fmt::format("{:.1f}", static_cast<double>(record.total_memory.count()) / 1e9), record.torch_version,
+               stack, describe(shape));
+  std::vector<SweepRow> rows;
+  for (std::uint64_t seq : o.seqs)
+    for (std::uint64_t batch : o.batches)
+      for (std::uint64_t k = 0; k < o.repeats; ++k) {
+        const Step step = o.step(batch, seq);
+        const Prediction prediction = o.stack == Stack::libtorch ? LibTorchPredictor{}.predict(shape, step)
+                                                                 : HfPeftPredictor{}.predict(shape, step);
+        const probe::CheckResult r = probe.measure(shape, step, prediction.peak);
+        if (o.json) {
+          std::puts(detail::row_json(name, stack, shape, step, r, k, record).c_str());
+          std::fflush(stdout);
+        } else {
+          std::fprintf(stderr, "  seq %llu batch %llu: %s\n", static_cast<unsigned long long>(seq),
+                       static_cast<unsigned long long>(batch), r.verdict.c_str());
+          SweepRow row{.batch = batch, .seq = seq, .predicted = prediction.peak};
+          if (!r.out_of_memory()) {
+            row.real = r.real;
+            row.realised_seq = r.realised_seq;
+          }
+          rows.push_back(row);
+        }
+      }
+  if (!o.json) fmt::print("{}", sweep_table(rows));
+  return 0;
+}
+
+}  // namespace vramfit::cli

@@ -1,0 +1,165 @@
+#pragma once
+/// @file replay.hpp
+/// Reads measured steps (JSONL written by tests/validation/hf_harness.py and by the Probe) and
+/// replays them against a predictor: predicted, real, pred/real, verdict. The CPU tests use it to
+/// hold the accuracy band without a GPU; `vramfit replay FILE` prints the record's table.
+/// Needs nlohmann-json (target vramfit::json).
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "vramfit/bytes.hpp"
+#include "vramfit/error.hpp"
+#include "vramfit/model.hpp"
+#include "vramfit/step.hpp"
+
+namespace vramfit {
+
+/// One measured step: the model, the step, and the allocator's peaks.
+struct MeasuredStep {
+  std::string model;                  ///< the model's name as recorded
+  std::string stack;                  ///< "hf-peft" or "libtorch"
+  ModelShape shape;
+  Step step;                          ///< peak_over is set to steady; use `real(PeakOver)`
+  Bytes real_first;                   ///< peak of allocated bytes over step 1, weights included
+  Bytes real_steady;                  ///< the larger of steps 1 and 2
+  std::uint64_t realised_seq = 0;     ///< the input width the step really ran
+  std::size_t line = 0;               ///< line in the file, for messages
+
+  [[nodiscard]] Bytes real(PeakOver p) const { return p == PeakOver::first_step ? real_first : real_steady; }
+};
+
+/// One measured largest batch under an allocator cap (`set_per_process_memory_fraction`).
+struct MeasuredMaxBatch {
+  std::string model;
+  std::string stack;
+  ModelShape shape;
+  Step step;                          ///< batch unused
+  Bytes cap;                          ///< the cap in bytes
+  std::uint64_t max_batch = 0;        ///< largest batch that ran two steps without OOM
+  std::size_t line = 0;
+};
+
+/// Everything read from one measurements file.
+struct Measurements {
+  std::vector<MeasuredStep> steps;
+  std::vector<MeasuredMaxBatch> max_batches;
+  std::size_t skipped = 0;            ///< rows with an error, or of other kinds (stack, context)
+};
+
+namespace detail {
+
+inline const nlohmann::json& require(const nlohmann::json& row, const char* key, const std::string& where) {
+  const auto it = row.find(key);
+  if (it == row.end() || it->is_null()) throw InvalidInput(where + ": " + key, "missing");
+  return *it;
+}
+inline std::uint64_t require_count(const nlohmann::json& row, const char* key, const std::string& where) {
+  const auto& v = require(row, key, where);
+  if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() < 0))
+    throw InvalidInput(where + ": " + key, "must be a non-negative integer");
+  return v.get<std::uint64_t>();
+}
+inline bool optional_bool(const nlohmann::json& row, const char* key, bool fallback, const std::string& where) {
+  const auto it = row.find(key);
+  if (it == row.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) throw InvalidInput(where + ": " + key, "must be true or false");
+  return it->get<bool>();
+}
+
+inline ModelShape shape_from(const nlohmann::json& row, const std::string& where) {
+  const auto& s = require(row, "shape", where);
+  const std::string at = where + ": shape";
+  ModelShape m;
+  m.vocab = require_count(s, "vocab", at);
+  m.hidden = require_count(s, "hidden", at);
+  m.intermediate = require_count(s, "intermediate", at);
+  m.layers = require_count(s, "layers", at);
+  m.heads = require_count(s, "heads", at);
+  m.kv_heads = require_count(s, "kv_heads", at);
+  m.head_dim = s.contains("head_dim") && !s["head_dim"].is_null() ? require_count(s, "head_dim", at) : 0;
+  m.tied_embeddings = optional_bool(s, "tied_embeddings", false, at);
+  m.qkv_bias = optional_bool(s, "qkv_bias", false, at);
+  m.gated_mlp = optional_bool(s, "gated_mlp", true, at);
+  validate(m);
+  return m;
+}
+
+inline Step step_from(const nlohmann::json& row, const std::string& where, bool with_batch) {
+  Step s;
+  s.batch = with_batch ? require_count(row, "batch", where) : 1;
+  s.seq = require_count(row, "seq", where);
+  s.mode = parse_mode(require(row, "mode", where).get<std::string>(), where + ": mode");
+  if (s.mode == Mode::lora) {
+    s.lora.rank = require_count(row, "lora_rank", where);
+    s.lora.targets = parse_targets(require(row, "lora_targets", where).get<std::string>(), where + ": lora_targets");
+  }
+  s.gradient_checkpointing = optional_bool(row, "gradient_checkpointing", false, where);
+  s.logits_retained = optional_bool(row, "logits_retained", false, where);
+  if (const auto it = row.find("attention"); it != row.end() && it->is_string() && *it != "sdpa")
+    s.attention = parse_attention(it->get<std::string>(), where + ": attention");
+  if (const auto it = row.find("precision"); it != row.end() && it->is_string())
+    s.precision = parse_precision(it->get<std::string>(), where + ": precision");
+  return s;
+}
+
+}  // namespace detail
+
+/// Parses measurement rows (one JSON object a line). Rows with `"error"` set, and rows of kinds
+/// other than "step" and "max_batch", are counted in `skipped`. `default_stack` applies to rows
+/// that carry no "stack_profile" field. Throws `InvalidInput` naming the line and field.
+inline Measurements parse_measurements(std::istream& in, const std::string& source, const std::string& default_stack) {
+  Measurements out;
+  std::string text;
+  std::size_t line = 0;
+  while (std::getline(in, text)) {
+    ++line;
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = source + ":" + std::to_string(line);
+    nlohmann::json row;
+    try {
+      row = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw InvalidInput(where, std::string("not JSON: ") + e.what());
+    }
+    if (!row.is_object()) throw InvalidInput(where, "a row must be a JSON object");
+    const std::string kind = row.value("kind", std::string());
+    const bool failed = row.contains("error") && !row["error"].is_null();
+    if (failed || (kind != "step" && kind != "max_batch")) {
+      ++out.skipped;
+      continue;
+    }
+    const std::string stack = row.contains("stack_profile") ? row["stack_profile"].get<std::string>() : default_stack;
+    const std::string model = row.value("model", std::string("custom"));
+    if (kind == "step") {
+      MeasuredStep m{model, stack, detail::shape_from(row, where), detail::step_from(row, where, true), {}, {}, 0, line};
+      m.real_first = Bytes(detail::require_count(row, "peak_first", where));
+      m.real_steady = Bytes(detail::require_count(row, "peak_steady", where));
+      m.realised_seq = detail::require_count(row, "realised_seq", where);
+      if (m.realised_seq != m.step.seq)
+        throw InvalidInput(where + ": realised_seq", "differs from seq: the harness did not run the requested length");
+      out.steps.push_back(m);
+    } else {
+      MeasuredMaxBatch m{model, stack, detail::shape_from(row, where), detail::step_from(row, where, false), {}, 0, line};
+      m.cap = Bytes(detail::require_count(row, "cap_bytes", where));
+      m.max_batch = detail::require_count(row, "max_batch", where);
+      out.max_batches.push_back(m);
+    }
+  }
+  return out;
+}
+
+/// Reads a measurements file; see `parse_measurements`.
+inline Measurements load_measurements(const std::filesystem::path& path, const std::string& default_stack) {
+  std::ifstream in(path);
+  if (!in) throw InvalidInput("measurements", "cannot open '" + path.string() + "'");
+  return parse_measurements(in, path.filename().string(), default_stack);
+}
+
+}  // namespace vramfit

@@ -1,0 +1,1246 @@
+#!/usr/bin/env python3
+"""Measure real HF transformers + PEFT fine-tuning steps on one CUDA GPU.
+
+Each "arm" is one configuration (model shape, LoRA/full, rank, targets,
+gradient checkpointing, whether the logits are kept alive, batch, seq).
+For every arm two training steps are run and the peak of each phase
+(forward / backward / optimizer / zero_grad) is read from torch.cuda's
+allocator statistics, so that vramfit's per-term prediction can be
+checked term by term.  Results are written as JSON Lines, one object per
+line, flushed after every line so that partial results survive a kill.
+
+Models are built from config with random weights (no network, no
+downloads), bf16, SDPA attention, directly on the GPU.
+
+Row kinds: "stack" (once), "context" (once, cuBLAS warm-up), "step" (one
+per arm and repeat), "max_batch" (one per --max-batch configuration),
+"end" (once, summary counts).  See tests/validation/README.md.
+
+Only the standard library plus torch / transformers / peft are used;
+torch & co. are imported after argument parsing so that --help works
+without them.
+"""
+
+import argparse
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+
+# Filled in by _import_stack() once the arguments are parsed.
+torch = None
+F = None
+
+GIB = float(1 << 30)
+
+ATTN_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj"]
+ALL_LINEAR_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+# Built-in shapes.  "shape" uses the harness' own field names; make_config()
+# maps them onto the transformers config classes.
+PRESETS = {
+    "SmolLM2-135M": {
+        "arch": "llama",
+        "shape": {"vocab": 49152, "hidden": 576, "intermediate": 1536, "layers": 30, "heads": 9,
+                  "kv_heads": 3, "head_dim": 64, "tied_embeddings": True, "qkv_bias": False},
+        "max_position_embeddings": 16384,
+        "rms_norm_eps": 1e-5,
+    },
+    "Qwen2.5-0.5B": {
+        "arch": "qwen2",
+        "shape": {"vocab": 151936, "hidden": 896, "intermediate": 4864, "layers": 24, "heads": 14,
+                  "kv_heads": 2, "head_dim": 64, "tied_embeddings": True, "qkv_bias": True},
+        "max_position_embeddings": 32768,
+        "rms_norm_eps": None,  # config default
+    },
+    "TinyLlama-1.1B": {
+        "arch": "llama",
+        "shape": {"vocab": 32000, "hidden": 2048, "intermediate": 5632, "layers": 22, "heads": 32,
+                  "kv_heads": 4, "head_dim": 64, "tied_embeddings": False, "qkv_bias": False},
+        "max_position_embeddings": 16384,
+        "rms_norm_eps": None,
+    },
+    "Llama-3.2-1B": {
+        "arch": "llama",
+        "shape": {"vocab": 128256, "hidden": 2048, "intermediate": 8192, "layers": 16, "heads": 32,
+                  "kv_heads": 8, "head_dim": 64, "tied_embeddings": True, "qkv_bias": False},
+        "max_position_embeddings": 16384,
+        "rms_norm_eps": None,
+    },
+}
+
+SHAPE_KEYS = ("vocab", "hidden", "intermediate", "layers", "heads", "kv_heads", "head_dim",
+              "tied_embeddings", "qkv_bias")
+ARM_KEYS = {"model", "shape", "arch", "name", "mode", "lora_rank", "lora_targets",
+            "gradient_checkpointing", "logits_retained", "batch", "seq", "note"}
+MAX_BATCH_EXTRA_KEYS = {"cap_bytes"}
+
+STACK = None  # dict, filled once
+CONTEXT_ALLOCATED = None
+
+
+class ArmSpecError(ValueError):
+    """A malformed arm description (a usage error, reported before anything runs)."""
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def gib(x):
+    return "-" if x is None else "%.3f" % (x / GIB)
+
+
+# --------------------------------------------------------------------------
+# Arm descriptions
+# --------------------------------------------------------------------------
+
+def _as_bool(v, what):
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int) and v in (0, 1):
+        return bool(v)
+    raise ArmSpecError("%s must be a boolean, got %r" % (what, v))
+
+
+def _as_int(v, what, minimum):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or int(v) < minimum:
+        raise ArmSpecError("%s must be an integer >= %d, got %r" % (what, minimum, v))
+    return int(v)
+
+
+def canonical_targets(raw):
+    """Return (canonical string, module list) for a lora_targets value."""
+    if raw is None:
+        raw = "q_proj,v_proj"
+    if isinstance(raw, str):
+        s = raw.strip()
+        if s.lower() in ("all-linear", "all_linear", "all"):
+            return "all-linear", list(ALL_LINEAR_MODULES)
+        if s.lower() in ("attention", "attn"):
+            names = list(ATTN_MODULES)
+        else:
+            names = [x.strip() for x in s.split(",") if x.strip()]
+    elif isinstance(raw, (list, tuple)):
+        names = [str(x).strip() for x in raw if str(x).strip()]
+    else:
+        raise ArmSpecError("lora_targets must be a string or a list, got %r" % (raw,))
+    if not names:
+        raise ArmSpecError("lora_targets is empty")
+    uniq = []
+    for n in names:
+        if n not in uniq:
+            uniq.append(n)
+    known = [n for n in ALL_LINEAR_MODULES if n in uniq]
+    unknown = sorted(n for n in uniq if n not in ALL_LINEAR_MODULES)
+    ordered = known + unknown
+    if ordered == ALL_LINEAR_MODULES:
+        return "all-linear", list(ALL_LINEAR_MODULES)
+    return ",".join(ordered), ordered
+
+
+def normalize_arm(raw, for_max_batch=False):
+    """Validate an arm object and fill in the defaults.  Raises ArmSpecError."""
+    if not isinstance(raw, dict):
+        raise ArmSpecError("an arm must be a JSON object, got %r" % (raw,))
+    allowed = ARM_KEYS | (MAX_BATCH_EXTRA_KEYS if for_max_batch else set())
+    extra = sorted(set(raw) - allowed)
+    if extra:
+        raise ArmSpecError("unknown arm field(s) %s in %r" % (extra, raw))
+    arm = {}
+    if raw.get("model") is not None:
+        name = raw["model"]
+        if name not in PRESETS:
+            raise ArmSpecError("unknown model preset %r (known: %s)" % (name, ", ".join(PRESETS)))
+        if raw.get("shape") is not None:
+            raise ArmSpecError("give either model or shape, not both")
+        p = PRESETS[name]
+        arm["model"] = name
+        arm["arch"] = p["arch"]
+        arm["shape"] = dict(p["shape"])
+        arm["max_position_embeddings"] = p["max_position_embeddings"]
+        arm["rms_norm_eps"] = p["rms_norm_eps"]
+    else:
+        shape = raw.get("shape")
+        if not isinstance(shape, dict):
+            raise ArmSpecError("an arm needs model (a preset name) or shape (an object)")
+        arch = raw.get("arch", "llama")
+        if arch not in ("llama", "qwen2", "mistral"):
+            raise ArmSpecError("arch must be llama, qwen2 or mistral, got %r" % (arch,))
+        bad = sorted(set(shape) - set(SHAPE_KEYS))
+        if bad:
+            raise ArmSpecError("unknown shape field(s) %s" % bad)
+        s = {}
+        for k in ("vocab", "hidden", "intermediate", "layers", "heads"):
+            if k not in shape:
+                raise ArmSpecError("shape needs %s" % k)
+            s[k] = _as_int(shape[k], "shape." + k, 1)
+        s["kv_heads"] = _as_int(shape.get("kv_heads", s["heads"]), "shape.kv_heads", 1)
+        if s["heads"] % s["kv_heads"]:
+            raise ArmSpecError("heads must be a multiple of kv_heads")
+        s["head_dim"] = _as_int(shape.get("head_dim", s["hidden"] // s["heads"]), "shape.head_dim", 1)
+        s["tied_embeddings"] = _as_bool(shape.get("tied_embeddings", False), "shape.tied_embeddings")
+        s["qkv_bias"] = _as_bool(shape.get("qkv_bias", arch == "qwen2"), "shape.qkv_bias")
+        if arch == "qwen2" and not s["qkv_bias"]:
+            raise ArmSpecError("arch qwen2 always has q/k/v bias; use arch llama for a bias-free shape")
+        if arch == "mistral" and s["qkv_bias"]:
+            raise ArmSpecError("arch mistral has no q/k/v bias; use qwen2 (or llama: bias on q,k,v,o)")
+        arm["model"] = raw.get("name") or "custom"
+        arm["arch"] = arch
+        arm["shape"] = s
+        arm["max_position_embeddings"] = None  # chosen at build time
+        arm["rms_norm_eps"] = None
+    mode = raw.get("mode", "lora")
+    if mode not in ("lora", "full"):
+        raise ArmSpecError("mode must be lora or full, got %r" % (mode,))
+    arm["mode"] = mode
+    if mode == "lora":
+        arm["lora_rank"] = _as_int(raw.get("lora_rank", 8), "lora_rank", 1)
+        arm["lora_targets"], arm["lora_target_modules"] = canonical_targets(raw.get("lora_targets"))
+        arm["lora_alpha"] = 2 * arm["lora_rank"]
+        arm["lora_dropout"] = 0.0
+    else:
+        if raw.get("lora_rank") is not None or raw.get("lora_targets") is not None:
+            raise ArmSpecError("mode full takes no lora_rank / lora_targets")
+        arm["lora_rank"] = None
+        arm["lora_targets"] = None
+        arm["lora_target_modules"] = None
+        arm["lora_alpha"] = None
+        arm["lora_dropout"] = None
+    arm["gradient_checkpointing"] = _as_bool(raw.get("gradient_checkpointing", False), "gradient_checkpointing")
+    arm["logits_retained"] = _as_bool(raw.get("logits_retained", False), "logits_retained")
+    if for_max_batch:
+        if "batch" in raw:
+            raise ArmSpecError("a max-batch configuration has no batch (it is searched)")
+        if "cap_bytes" not in raw:
+            raise ArmSpecError("a max-batch configuration needs cap_bytes")
+        arm["cap_bytes"] = _as_int(raw["cap_bytes"], "cap_bytes", 1)
+        arm["batch"] = None
+    else:
+        arm["batch"] = _as_int(raw.get("batch", 1), "batch", 1)
+    arm["seq"] = _as_int(raw.get("seq", 1024), "seq", 2)
+    arm["note"] = raw.get("note")
+    return arm
+
+
+def group_key(arm):
+    return json.dumps([arm["model"], arm["arch"], arm["shape"], arm["mode"], arm["lora_rank"],
+                       arm["lora_targets"], arm["gradient_checkpointing"]], sort_keys=True)
+
+
+def arm_summary(arm):
+    if arm["mode"] == "lora":
+        m = "lora r%d %s" % (arm["lora_rank"], arm["lora_targets"])
+    else:
+        m = "full"
+    bs = "b%s s%d" % ("?" if arm["batch"] is None else arm["batch"], arm["seq"])
+    return "%s %s gc=%d ret=%d %s" % (arm["model"], m, int(arm["gradient_checkpointing"]),
+                                      int(arm["logits_retained"]), bs)
+
+
+# --------------------------------------------------------------------------
+# Built-in plans
+# --------------------------------------------------------------------------
+
+_ATTN_T = "q_proj,k_proj,v_proj,o_proj"
+_QV_T = "q_proj,v_proj"
+_MODELS = ["SmolLM2-135M", "Qwen2.5-0.5B", "TinyLlama-1.1B", "Llama-3.2-1B"]
+
+
+def _arm(model, mode, gc_on, batch, seq, rank=None, targets=None, retained=False):
+    d = {"model": model, "mode": mode, "gradient_checkpointing": gc_on, "batch": batch, "seq": seq,
+         "logits_retained": retained}
+    if mode == "lora":
+        d["lora_rank"] = rank
+        d["lora_targets"] = targets
+    return d
+
+
+def plan_full():
+    arms = []
+    for m in _MODELS:
+        # LoRA attention r=8, no checkpointing: batch/seq sweep incl. a non power of two, 8192 at batch 1,
+        # and the logits kept alive once.
+        for b, s, ret in [(1, 1024, False), (4, 1024, False), (1, 2048, False), (1, 2048, True),
+                          (1, 3000, False), (1, 4096, False), (4, 4096, False), (1, 8192, False)]:
+            arms.append(_arm(m, "lora", False, b, s, 8, _ATTN_T, ret))
+        # LoRA attention r=8, checkpointing.
+        for b, s in [(1, 1024), (4, 2048), (1, 3000), (1, 8192)]:
+            arms.append(_arm(m, "lora", True, b, s, 8, _ATTN_T))
+        # LoRA all-linear r=16.
+        extra = [(1, 4096)] if m in ("Qwen2.5-0.5B", "Llama-3.2-1B") else []
+        for b, s in [(1, 1024), (2, 3000)] + extra:
+            arms.append(_arm(m, "lora", False, b, s, 16, "all-linear"))
+        for b, s in [(1, 2048), (4, 4096)]:
+            arms.append(_arm(m, "lora", True, b, s, 16, "all-linear"))
+        # Full fine-tuning (not Llama-3.2-1B).
+        if m != "Llama-3.2-1B":
+            for b, s, ret in [(1, 1024, False), (4, 1024, False), (1, 2048, False), (1, 2048, True)]:
+                arms.append(_arm(m, "full", False, b, s, retained=ret))
+            for b, s in [(1, 2048), (4, 4096)]:
+                arms.append(_arm(m, "full", True, b, s))
+        # PEFT's default targets (q_proj, v_proj) at r=64.
+        if m == "Qwen2.5-0.5B":
+            for b, s, g in [(1, 2048, False), (4, 1024, False), (1, 4096, True)]:
+                arms.append(_arm(m, "lora", g, b, s, 64, _QV_T))
+        if m == "Llama-3.2-1B":
+            arms.append(_arm(m, "lora", False, 1, 2048, 64, _QV_T))
+    return arms
+
+
+def plan_smoke():
+    return [
+        _arm("SmolLM2-135M", "lora", False, 1, 256, 8, _ATTN_T),
+        _arm("SmolLM2-135M", "lora", True, 1, 256, 8, _ATTN_T),
+        _arm("Qwen2.5-0.5B", "full", False, 1, 128),
+    ]
+
+
+# Caps chosen (from a rough per-token activation + 12*vocab bytes of loss buffers estimate)
+# so that the answer should land around 5-11; override with --max-batch-arms.
+MAX_BATCH_FULL = [
+    {"model": "SmolLM2-135M", "mode": "lora", "lora_rank": 8, "lora_targets": _ATTN_T,
+     "gradient_checkpointing": False, "seq": 2048, "cap_bytes": 30 * 10 ** 9},
+    {"model": "Qwen2.5-0.5B", "mode": "lora", "lora_rank": 16, "lora_targets": "all-linear",
+     "gradient_checkpointing": False, "seq": 4096, "cap_bytes": 100 * 10 ** 9},
+    {"model": "TinyLlama-1.1B", "mode": "full", "gradient_checkpointing": False, "seq": 1024,
+     "cap_bytes": 36 * 10 ** 9},
+    {"model": "Qwen2.5-0.5B", "mode": "lora", "lora_rank": 8, "lora_targets": _QV_T,
+     "gradient_checkpointing": True, "seq": 8192, "cap_bytes": 88 * 10 ** 9},
+]
+
+MAX_BATCH_SMOKE = [
+    {"model": "SmolLM2-135M", "mode": "lora", "lora_rank": 8, "lora_targets": _ATTN_T,
+     "gradient_checkpointing": False, "seq": 256, "cap_bytes": 3 * 10 ** 9},
+]
+
+PLANS = {"full": (plan_full, MAX_BATCH_FULL), "smoke": (plan_smoke, MAX_BATCH_SMOKE)}
+
+
+# --------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------
+
+class JsonlWriter:
+    def __init__(self, path):
+        d = os.path.dirname(os.path.abspath(path))
+        if d:
+            os.makedirs(d, exist_ok=True)
+        self.f = open(path, "w", encoding="utf-8")
+
+    def write(self, row):
+        self.f.write(json.dumps(row, default=str) + "\n")
+        self.f.flush()
+        try:
+            os.fsync(self.f.fileno())
+        except OSError:
+            pass
+
+    def close(self):
+        self.f.close()
+
+
+# --------------------------------------------------------------------------
+# torch helpers
+# --------------------------------------------------------------------------
+
+def _import_stack():
+    global torch, F
+    import torch as _torch
+    import torch.nn.functional as _F
+    torch = _torch
+    F = _F
+    import transformers  # noqa: F401  (import errors surface here, before any output)
+    import peft  # noqa: F401
+
+
+def _oom_types():
+    types = []
+    for t in (getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None)):
+        if t is not None and t not in types:
+            types.append(t)
+    return tuple(types)
+
+
+def is_oom(exc):
+    if isinstance(exc, _oom_types()):
+        return True
+    msg = str(exc)
+    return isinstance(exc, RuntimeError) and ("out of memory" in msg.lower() or "ALLOC_FAILED" in msg)
+
+
+def err_text(exc):
+    msg = "%s: %s" % (type(exc).__name__, exc)
+    msg = " ".join(msg.split())
+    return msg[:600]
+
+
+def drop_exception(exc):
+    """Break the references an exception's traceback (and any chained exception's) holds to the
+    frames' locals, so that activations / optimizer state of a failed step are really freed.
+    Frames still executing (the caller's own) are skipped by traceback.clear_frames."""
+    seen = set()
+    e = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        try:
+            traceback.clear_frames(e.__traceback__)
+        except Exception:
+            pass
+        e.__traceback__ = None
+        e = e.__cause__ or e.__context__
+    for name in ("last_traceback", "last_value", "last_type", "last_exc"):
+        if hasattr(sys, name):
+            try:
+                setattr(sys, name, None)
+            except Exception:
+                pass
+
+
+def clean():
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.synchronize()
+
+
+def alloc():
+    return int(torch.cuda.memory_allocated())
+
+
+def _alloc_stats():
+    try:
+        s = torch.cuda.memory_stats()
+        return int(s.get("num_alloc_retries", 0)), int(s.get("num_ooms", 0))
+    except Exception:
+        return None, None
+
+
+def _driver_version():
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip().splitlines()[0].strip()
+    except Exception:
+        pass
+    return None
+
+
+def _safe(fn, default=None):
+    try:
+        return fn()
+    except Exception:
+        return default
+
+
+ENV_KEYS = ("CUBLAS_WORKSPACE_CONFIG", "TORCH_CUBLASLT_UNIFIED_WORKSPACE", "PYTORCH_CUDA_ALLOC_CONF",
+            "PYTORCH_ALLOC_CONF", "CUDA_MODULE_LOADING", "TORCH_BLAS_PREFER_CUBLASLT",
+            "DISABLE_ADDMM_CUDA_LT", "CUDA_VISIBLE_DEVICES", "PYTORCH_NO_CUDA_MEMORY_CACHING")
+
+
+def collect_stack():
+    import transformers
+    import peft
+    props = torch.cuda.get_device_properties(0)
+    stack = {
+        "gpu_name": _safe(lambda: torch.cuda.get_device_name(0)),
+        "gpu_total_memory": int(props.total_memory),
+        "gpu_capability": _safe(lambda: list(torch.cuda.get_device_capability(0))),
+        "gpu_count": _safe(lambda: torch.cuda.device_count()),
+        "driver_version": _driver_version(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cudnn": _safe(lambda: torch.backends.cudnn.version()),
+        "transformers": transformers.__version__,
+        "peft": peft.__version__,
+        "accelerate": _safe(lambda: __import__("accelerate").__version__),
+        "python": platform.python_version(),
+        "preferred_blas_library": _safe(lambda: str(torch.backends.cuda.preferred_blas_library())),
+        "sdp_enabled": {
+            "flash": _safe(lambda: bool(torch.backends.cuda.flash_sdp_enabled())),
+            "mem_efficient": _safe(lambda: bool(torch.backends.cuda.mem_efficient_sdp_enabled())),
+            "cudnn": _safe(lambda: bool(torch.backends.cuda.cudnn_sdp_enabled())),
+            "math": _safe(lambda: bool(torch.backends.cuda.math_sdp_enabled())),
+        },
+        "env": {k: os.environ[k] for k in ENV_KEYS if k in os.environ},
+    }
+    return stack
+
+
+def warmup_context():
+    """Create the cuBLAS / cuBLASLt handles and workspaces the training steps will use."""
+    clean()
+    before = alloc()
+    dev = "cuda"
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(0)
+    x = torch.randn(2, 256, 512, device=dev, dtype=torch.bfloat16, generator=gen).requires_grad_()
+    w = torch.randn(1024, 512, device=dev, dtype=torch.bfloat16, generator=gen).requires_grad_()
+    b = torch.randn(1024, device=dev, dtype=torch.bfloat16, generator=gen).requires_grad_()
+    w32 = torch.randn(16, 512, device=dev, dtype=torch.float32, generator=gen).requires_grad_()
+    y1 = F.linear(x, w)             # bf16 matmul, no bias
+    y2 = F.linear(x, w, b)          # bf16 with bias (addmm / cuBLASLt epilogue path)
+    y3 = F.linear(x.float(), w32)   # fp32 (LoRA adapters' dtype)
+    loss = y1.float().sum() + y2.float().sum() + y3.sum()
+    loss.backward()
+    torch.cuda.synchronize()
+    del x, w, b, w32, y1, y2, y3, loss, gen
+    clean()
+    return before, alloc(), int(torch.cuda.memory_reserved())
+
+
+def _sdp_backend_names():
+    try:
+        from torch.nn.attention import SDPBackend
+        return {int(v): str(n) for n, v in SDPBackend.__members__.items()}
+    except Exception:
+        return {}
+
+
+def sdpa_note_for_shape(shape, seq=1024):
+    """Which SDPA backend torch would pick for this model's attention (training, causal, bf16)."""
+    H, KV, D = shape["heads"], shape["kv_heads"], shape["head_dim"]
+    note = {"seq": seq, "heads": H, "kv_heads": KV, "head_dim": D,
+            "transformers_use_gqa_in_sdpa": None, "fused_sdp_choice_gqa": None,
+            "fused_sdp_choice_repeat_kv": None, "errors": []}
+    dev = "cuda"
+    try:
+        from transformers.integrations.sdpa_attention import use_gqa_in_sdpa
+        k = torch.zeros(1, KV, 8, D, device=dev, dtype=torch.bfloat16)
+        note["transformers_use_gqa_in_sdpa"] = bool(use_gqa_in_sdpa(None, k))
+        del k
+    except Exception as e:  # not determinable
+        note["errors"].append("use_gqa_in_sdpa: " + err_text(e))
+    fn = getattr(torch, "_fused_sdp_choice", None)
+    if fn is None:
+        fn = _safe(lambda: torch.ops.aten._fused_sdp_choice)
+    names = _sdp_backend_names()
+    if fn is None:
+        note["errors"].append("torch._fused_sdp_choice not available")
+        return note
+    # Same layout as transformers: (B, S, heads, D) projections viewed as (B, heads, S, D).
+    q = torch.randn(1, seq, H, D, device=dev, dtype=torch.bfloat16, requires_grad=True).transpose(1, 2)
+    for label, kv_heads, gqa in (("fused_sdp_choice_gqa", KV, True), ("fused_sdp_choice_repeat_kv", H, False)):
+        try:
+            k = torch.randn(1, seq, kv_heads, D, device=dev, dtype=torch.bfloat16, requires_grad=True).transpose(1, 2)
+            v = torch.randn(1, seq, kv_heads, D, device=dev, dtype=torch.bfloat16, requires_grad=True).transpose(1, 2)
+            if not gqa:
+                k = k.contiguous()  # repeat_kv's reshape copies
+                v = v.contiguous()
+            try:
+                c = fn(q, k, v, None, 0.0, True, enable_gqa=gqa)
+            except TypeError:
+                if gqa and KV != H:
+                    raise
+                c = fn(q, k, v, None, 0.0, True)
+            c = int(c)
+            note[label] = {"value": c, "name": names.get(c)}
+            del k, v
+        except Exception as e:
+            note["errors"].append(label + ": " + err_text(e))
+    del q
+    return note
+
+
+# --------------------------------------------------------------------------
+# Model building
+# --------------------------------------------------------------------------
+
+def make_config(arm, max_seq):
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+    s = arm["shape"]
+    mpe = arm["max_position_embeddings"] or max(32768, int(max_seq))
+    common = dict(
+        vocab_size=int(s["vocab"]),
+        hidden_size=int(s["hidden"]),
+        intermediate_size=int(s["intermediate"]),
+        num_hidden_layers=int(s["layers"]),
+        num_attention_heads=int(s["heads"]),
+        num_key_value_heads=int(s["kv_heads"]),
+        tie_word_embeddings=bool(s["tied_embeddings"]),
+        max_position_embeddings=int(mpe),
+        use_cache=False,
+    )
+    if arm["rms_norm_eps"] is not None:
+        common["rms_norm_eps"] = float(arm["rms_norm_eps"])
+    arch = arm["arch"]
+    if arch == "llama":
+        # LlamaConfig.attention_bias puts a bias on q, k, v AND o.
+        return LlamaConfig(head_dim=int(s["head_dim"]), attention_bias=bool(s["qkv_bias"]), **common)
+    if arch == "qwen2":
+        # Qwen2 has q/k/v bias built in; Qwen2Config has no head_dim field (the model reads it with getattr).
+        if int(s["head_dim"]) != int(s["hidden"]) // int(s["heads"]):
+            common["head_dim"] = int(s["head_dim"])
+        return Qwen2Config(**common)
+    if arch == "mistral":
+        # sliding_window=None keeps plain causal attention (no explicit mask) at every length.
+        return MistralConfig(head_dim=int(s["head_dim"]), sliding_window=None, **common)
+    raise ValueError("unknown arch %r" % (arch,))
+
+
+def build_model(arm, max_seq):
+    """Build the (PEFT-wrapped) model on the GPU exactly as a user would.  Returns (model, info)."""
+    from transformers import AutoModelForCausalLM
+    info = {}
+    cfg = make_config(arm, max_seq)
+    torch.manual_seed(0)
+    t0 = time.time()
+    with torch.device("cuda"):
+        try:
+            model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation="sdpa")
+            info["dtype_kwarg"] = "dtype"
+        except TypeError as e:
+            drop_exception(e)
+            model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16, attn_implementation="sdpa")
+            info["dtype_kwarg"] = "torch_dtype"
+    model.config.use_cache = False
+    info["attn_implementation"] = _safe(lambda: model.config._attn_implementation)
+    info["model_class"] = type(model).__name__
+    gc_kwargs = None
+    if arm["gradient_checkpointing"]:
+        gc_kwargs = {"use_reentrant": False}
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gc_kwargs)
+    info["gradient_checkpointing_kwargs"] = gc_kwargs
+    info["is_gradient_checkpointing"] = _safe(lambda: bool(model.is_gradient_checkpointing))
+    if arm["mode"] == "lora":
+        from peft import LoraConfig, get_peft_model
+        lcfg = LoraConfig(r=arm["lora_rank"], lora_alpha=arm["lora_alpha"], lora_dropout=arm["lora_dropout"],
+                          target_modules=list(arm["lora_target_modules"]), task_type="CAUSAL_LM")
+        model = get_peft_model(model, lcfg)
+    model.train()
+    info["moved_params_to_cuda"] = False
+    if any(not p.is_cuda for p in model.parameters()):
+        model.to("cuda")
+        info["moved_params_to_cuda"] = True
+    info["build_seconds"] = round(time.time() - t0, 3)
+    return model, info
+
+
+def base_transformers_model(model):
+    if hasattr(model, "get_base_model"):
+        try:
+            return model.get_base_model()
+        except Exception:
+            pass
+    return model
+
+
+def param_summary(model):
+    trainable = total = trainable_bytes = total_bytes = 0
+    dtypes_trainable = set()
+    adapter_dtype = None
+    for name, p in model.named_parameters():
+        n = p.numel()
+        nb = n * p.element_size()
+        total += n
+        total_bytes += nb
+        if p.requires_grad:
+            trainable += n
+            trainable_bytes += nb
+            dtypes_trainable.add(str(p.dtype))
+        if adapter_dtype is None and "lora_" in name:
+            adapter_dtype = str(p.dtype)
+    buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers() if b.is_cuda)
+    frozen_dtypes = sorted({str(p.dtype) for p in model.parameters() if not p.requires_grad})
+    return {
+        "trainable_params": trainable, "total_params": total,
+        "trainable_param_bytes": trainable_bytes, "total_param_bytes": total_bytes,
+        "buffer_bytes": int(buffer_bytes),
+        "trainable_dtypes": sorted(dtypes_trainable), "frozen_dtypes": frozen_dtypes,
+        "adapter_dtype": adapter_dtype,
+    }
+
+
+def probe_model(model, vocab):
+    """One tiny forward (batch 1, seq 64, grad mode) that records how SDPA is really called and
+    whether the input embeddings' output requires grad (PEFT's enable_input_require_grads hook)."""
+    info = {"observed_call": None, "sdpa_calls": 0, "embed_output_requires_grad": None, "error": None}
+    calls = {"n": 0, "first": None}
+    orig = torch.nn.functional.scaled_dot_product_attention
+
+    def wrapper(*args, **kwargs):
+        if calls["first"] is None:
+            q = args[0] if len(args) > 0 else kwargs.get("query")
+            k = args[1] if len(args) > 1 else kwargs.get("key")
+            mask = args[3] if len(args) > 3 else kwargs.get("attn_mask")
+            causal = args[5] if len(args) > 5 else kwargs.get("is_causal", False)
+            calls["first"] = {
+                "q_shape": list(q.shape), "k_shape": list(k.shape), "dtype": str(q.dtype),
+                "attn_mask_is_none": mask is None, "is_causal": bool(causal),
+                "enable_gqa": bool(kwargs.get("enable_gqa", False)),
+                "q_requires_grad": bool(q.requires_grad),
+            }
+        calls["n"] += 1
+        return orig(*args, **kwargs)
+
+    seen = {}
+
+    def hook(module, inputs, output):
+        seen["rg"] = bool(getattr(output, "requires_grad", False))
+
+    handle = None
+    try:
+        handle = base_transformers_model(model).get_input_embeddings().register_forward_hook(hook)
+    except Exception as e:
+        info["error"] = "embedding hook: " + err_text(e)
+        drop_exception(e)
+    torch.nn.functional.scaled_dot_product_attention = wrapper
+    try:
+        with torch.enable_grad():
+            ids = torch.randint(0, vocab, (1, 64), device="cuda", dtype=torch.long)
+            out = model(input_ids=ids)
+            del out, ids
+    except Exception as e:
+        info["error"] = "probe forward: " + err_text(e)
+        drop_exception(e)
+    finally:
+        torch.nn.functional.scaled_dot_product_attention = orig
+        if handle is not None:
+            handle.remove()
+    info["observed_call"] = calls["first"]
+    info["sdpa_calls"] = calls["n"]
+    info["embed_output_requires_grad"] = seen.get("rg")
+    for p in model.parameters():
+        p.grad = None
+    return info
+
+
+def clear_grads(model):
+    for p in model.parameters():
+        p.grad = None
+
+
+# --------------------------------------------------------------------------
+# The measured step
+# --------------------------------------------------------------------------
+
+def _phase_begin():
+    torch.cuda.synchronize()
+    before = alloc()
+    torch.cuda.reset_peak_memory_stats()
+    return before, time.time()
+
+
+def _phase_end(begin):
+    torch.cuda.synchronize()
+    before, t0 = begin
+    return {"before": before, "peak": int(torch.cuda.max_memory_allocated()), "after": alloc(),
+            "reserved_peak": int(torch.cuda.max_memory_reserved()),
+            "seconds": round(time.time() - t0, 4)}
+
+
+def optimizer_info(optimizer, params):
+    d = optimizer.defaults
+    info = {k: d.get(k) for k in ("lr", "betas", "eps", "weight_decay", "amsgrad", "foreach", "fused",
+                                  "capturable", "differentiable", "maximize")}
+    try:
+        from torch.optim.optimizer import _default_to_fused_or_foreach
+        fused, foreach = _default_to_fused_or_foreach(params, False, False)
+        info["resolved_fused"] = bool(fused)
+        info["resolved_foreach"] = bool(foreach)
+    except Exception:
+        info["resolved_fused"] = None
+        info["resolved_foreach"] = None
+    info["class"] = type(optimizer).__name__
+    return info
+
+
+def run_two_steps(model, arm, vocab, seed, res):
+    """Two training steps; fills res (plain ints/strings only) as it goes, so partial results
+    survive an exception.  All tensors are locals of this frame."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-4)
+    res["optimizer"] = optimizer_info(optimizer, params)
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+    ids = torch.randint(0, vocab, (arm["batch"], arm["seq"]), device="cuda", dtype=torch.long, generator=gen)
+    batch = {"input_ids": ids, "labels": ids.clone()}
+    del ids, gen
+    res["realised_seq"] = int(batch["input_ids"].shape[-1])
+    res["batch_bytes"] = int(sum(t.numel() * t.element_size() for t in batch.values()))
+    retained = arm["logits_retained"]
+    out = None
+    loss = None
+    for k in (1, 2):
+        ph = {}
+        res["phases"]["step%d" % k] = ph
+        res["current"] = "step%d.forward" % k
+        b = _phase_begin()
+        out = model(**batch)
+        loss = out.loss
+        if not retained:
+            out = None  # the caller drops the output object: the bf16 logits go before backward
+        ph["forward"] = _phase_end(b)
+        if k == 1:
+            res["logits_dtype"] = None if out is None else _safe(lambda: str(out.logits.dtype))
+        res["current"] = "step%d.backward" % k
+        b = _phase_begin()
+        loss.backward()
+        ph["backward"] = _phase_end(b)
+        res["loss_step%d" % k] = _safe(lambda: float(loss.item()))
+        if k == 1:
+            res["grad_bytes"] = int(sum(p.grad.numel() * p.grad.element_size() for p in params
+                                        if p.grad is not None))
+            res["grad_dtypes"] = sorted({str(p.grad.dtype) for p in params if p.grad is not None})
+        loss = None
+        res["current"] = "step%d.optimizer" % k
+        b = _phase_begin()
+        optimizer.step()
+        ph["optimizer"] = _phase_end(b)
+        # A caller that keeps the output (`outputs = model(...)` in a loop body) holds it, and so
+        # the bf16 logits, through the optimizer step; it goes when the next iteration rebinds it.
+        out = None
+        res["current"] = "step%d.zero_grad" % k
+        b = _phase_begin()
+        optimizer.zero_grad(set_to_none=True)
+        ph["zero_grad"] = _phase_end(b)
+    res["current"] = None
+    res["optimizer_state_bytes"] = int(sum(t.numel() * t.element_size()
+                                           for st in optimizer.state.values() for t in st.values()
+                                           if torch.is_tensor(t) and t.is_cuda))
+    del optimizer, params, batch
+
+
+def summarize_phases(phases):
+    """step_peak_k / reserved_peak_k: max over step k's phases; peak_first = step 1's;
+    peak_steady = max(step 1, step 2); reserved_peak = max over both steps."""
+    out = {}
+    for k in (1, 2):
+        ph = phases.get("step%d" % k) or {}
+        peaks = [v["peak"] for v in ph.values()]
+        res = [v["reserved_peak"] for v in ph.values()]
+        out["step_peak_%d" % k] = max(peaks) if peaks else None
+        out["reserved_peak_%d" % k] = max(res) if res else None
+    out["peak_first"] = out["step_peak_1"]
+    both = [x for x in (out["step_peak_1"], out["step_peak_2"]) if x is not None]
+    out["peak_steady"] = max(both) if both else None
+    both = [x for x in (out["reserved_peak_1"], out["reserved_peak_2"]) if x is not None]
+    out["reserved_peak"] = max(both) if both else None
+    return out
+
+
+# --------------------------------------------------------------------------
+# Plan execution
+# --------------------------------------------------------------------------
+
+def arm_fields(arm):
+    return {
+        "model": arm["model"], "arch": arm["arch"], "shape": dict(arm["shape"]), "mode": arm["mode"],
+        "lora_rank": arm["lora_rank"], "lora_targets": arm["lora_targets"],
+        "lora_target_modules": arm["lora_target_modules"], "lora_alpha": arm["lora_alpha"],
+        "lora_dropout": arm["lora_dropout"], "gradient_checkpointing": arm["gradient_checkpointing"],
+        "logits_retained": arm["logits_retained"], "batch": arm["batch"], "seq": arm["seq"],
+        "note": arm.get("note"),
+    }
+
+
+class Runner:
+    def __init__(self, writer, budget_s):
+        self.w = writer
+        self.t_start = time.time()
+        self.budget_s = budget_s
+        self.sdpa_notes = {}
+        self.rows = []       # summaries for the final table
+        self.mb_rows = []
+        self.n_errors = 0
+
+    def over_budget(self):
+        return self.budget_s and (time.time() - self.t_start) > self.budget_s
+
+    def sdpa_note(self, arm):
+        key = json.dumps([arm["arch"], arm["shape"]], sort_keys=True)
+        if key not in self.sdpa_notes:
+            try:
+                self.sdpa_notes[key] = sdpa_note_for_shape(arm["shape"])
+            except Exception as e:
+                self.sdpa_notes[key] = {"errors": ["sdpa note: " + err_text(e)]}
+                drop_exception(e)
+            clean()
+        return self.sdpa_notes[key]
+
+    # ---- the plan ------------------------------------------------------
+    def run_plan(self, arms, repeats):
+        order = []
+        groups = {}
+        for i, a in enumerate(arms):
+            k = group_key(a)
+            if k not in groups:
+                groups[k] = []
+                order.append(k)
+            groups[k].append((i, a))
+        total = len(arms) * repeats
+        n = 0
+        for rep in range(repeats):
+            for k in order:
+                n = self.run_group(groups[k], rep, n, total)
+
+    def run_group(self, members, rep, n, total):
+        model = None
+        build_info = {}
+        build_error = None
+        probe = None
+        group_pre = None
+        max_seq = max(a["seq"] for _, a in members)
+        vocab = members[0][1]["shape"]["vocab"]
+        for j, (plan_index, arm) in enumerate(members):
+            n += 1
+            is_last = j == len(members) - 1
+            row = {"kind": "step", "plan_index": plan_index, "repeat": rep}
+            row.update(arm_fields(arm))
+            row.update({"realised_seq": None, "error": None, "warning": None, "failed_phase": None,
+                        "peak_at_error": None})
+            t0 = time.time()
+            if self.over_budget():
+                row["error"] = "skipped: --budget-s exceeded"
+            else:
+                note = self.sdpa_note(arm)
+                if model is None and build_error is None:
+                    clean()
+                    group_pre = alloc()
+                    try:
+                        model, build_info = build_model(arm, max_seq)
+                        probe = probe_model(model, vocab)
+                    except Exception as e:
+                        build_error = "model build: " + err_text(e)
+                        drop_exception(e)
+                        model = None
+                    clean()
+                    row["group_build"] = True
+                else:
+                    row["group_build"] = False
+                row["pre_arm_allocated"] = group_pre
+                row["context_allocated"] = CONTEXT_ALLOCATED
+                row["build"] = build_info
+                row["sdpa_backend_note"] = dict(note, probe=probe)
+                row["embed_output_requires_grad"] = None if probe is None else probe.get("embed_output_requires_grad")
+                row["gradient_checkpointing_kwargs"] = build_info.get("gradient_checkpointing_kwargs")
+                if build_error is not None:
+                    row["error"] = build_error
+                else:
+                    self.run_arm(model, arm, vocab, plan_index, rep, row)
+            if is_last:
+                model = None
+                clean()
+                row["post_group_allocated"] = alloc()
+                if group_pre is not None and row["post_group_allocated"] != group_pre:
+                    row["warning"] = ((row["warning"] + "; ") if row["warning"] else "") + (
+                        "post_group_allocated %d != pre_arm_allocated %d" % (row["post_group_allocated"], group_pre))
+            else:
+                row["post_group_allocated"] = None
+            row["wall_seconds"] = round(time.time() - t0, 3)
+            row["stack"] = STACK
+            if row["error"]:
+                self.n_errors += 1
+            self.w.write(row)
+            self.rows.append(row)
+            log("[%d/%d] %s -> first %s GiB, steady %s GiB, weights %s GiB, %.1fs%s" % (
+                n, total, arm_summary(arm), gib(row.get("peak_first")), gib(row.get("peak_steady")),
+                gib(row.get("weights_allocated")), row["wall_seconds"],
+                ("  ERROR " + row["error"]) if row["error"] else ""))
+        return n
+
+    def run_arm(self, model, arm, vocab, plan_index, rep, row):
+        clear_grads(model)
+        clean()
+        weights = alloc()
+        row["weights_allocated"] = weights
+        row["reserved_at_start"] = int(torch.cuda.memory_reserved())
+        row.update(param_summary(model))
+        retries0, ooms0 = _alloc_stats()
+        res = {"phases": {}, "current": None}
+        try:
+            run_two_steps(model, arm, vocab, 1000 * rep + plan_index, res)
+        except Exception as e:
+            row["error"] = ("OOM: " if is_oom(e) else "") + err_text(e)
+            row["failed_phase"] = res.get("current")
+            row["peak_at_error"] = _safe(lambda: int(torch.cuda.max_memory_allocated()))
+            drop_exception(e)
+        clear_grads(model)
+        clean()
+        retries1, ooms1 = _alloc_stats()
+        row["realised_seq"] = res.get("realised_seq")
+        if row["realised_seq"] is not None and row["realised_seq"] != arm["seq"] and not row["error"]:
+            row["error"] = "realised seq %d != requested %d" % (row["realised_seq"], arm["seq"])
+        row["phases"] = res["phases"]
+        row.update(summarize_phases(res["phases"]))
+        for k in ("optimizer", "batch_bytes", "grad_bytes", "grad_dtypes", "optimizer_state_bytes",
+                  "loss_step1", "loss_step2", "logits_dtype"):
+            row[k] = res.get(k)
+        row["alloc_retries"] = None if retries0 is None else retries1 - retries0
+        row["alloc_ooms"] = None if ooms0 is None else ooms1 - ooms0
+        row["post_arm_allocated"] = alloc()
+        if row["post_arm_allocated"] != weights:
+            row["warning"] = "post_arm_allocated %d != weights_allocated %d (leak?)" % (
+                row["post_arm_allocated"], weights)
+
+    # ---- max batch under a cap -------------------------------------------
+    def run_max_batch(self, configs, total_memory, per_config_s):
+        for ci, arm in enumerate(configs):
+            row = {"kind": "max_batch", "config_index": ci}
+            f = arm_fields(arm)
+            f.pop("batch")
+            row.update(f)
+            cap = arm["cap_bytes"]
+            fraction = min(1.0, cap / float(total_memory))
+            row.update({"cap_bytes": cap, "fraction": fraction, "max_batch": None, "trials": [],
+                        "trial_details": [], "error": None, "warning": None, "truncated": False,
+                        "first_failing_batch": None,
+                        "context_allocated": CONTEXT_ALLOCATED})
+            if cap > total_memory:
+                row["warning"] = "cap_bytes exceeds the GPU's total memory; fraction clamped to 1.0"
+            t0 = time.time()
+            if self.over_budget():
+                row["error"] = "skipped: --budget-s exceeded"
+            else:
+                try:
+                    self._search(arm, fraction, row, t0, per_config_s)
+                except Exception as e:  # a non-OOM failure: stop searching this configuration
+                    row["error"] = err_text(e)
+                    drop_exception(e)
+                finally:
+                    torch.cuda.set_per_process_memory_fraction(1.0, 0)
+                    clean()
+            row["wall_seconds"] = round(time.time() - t0, 3)
+            row["stack"] = STACK
+            if row["error"]:
+                self.n_errors += 1
+            self.w.write(row)
+            self.mb_rows.append(row)
+            log("[max-batch %d/%d] %s cap %s GiB -> max_batch %s, trials %s, %.1fs%s" % (
+                ci + 1, len(configs), arm_summary(arm), gib(cap), row["max_batch"],
+                row["trials"], row["wall_seconds"], ("  ERROR " + row["error"]) if row["error"] else ""))
+
+    def _search(self, arm, fraction, row, t0, per_config_s):
+        clean()
+        torch.cuda.set_per_process_memory_fraction(fraction, 0)
+        cache = {}
+
+        def trial(b):
+            if b not in cache:
+                ok, detail = self._trial(arm, b)
+                cache[b] = ok
+                row["trials"].append([b, ok])
+                row["trial_details"].append(detail)
+                log("    trial batch %d: %s (peak %s GiB, %.1fs)" % (
+                    b, "ok" if ok else "OOM", gib(detail.get("peak_steady") or detail.get("peak_at_error")),
+                    detail["seconds"]))
+            return cache[b]
+
+        def out_of_time():
+            if per_config_s and time.time() - t0 > per_config_s:
+                row["truncated"] = True
+                return True
+            if self.over_budget():
+                row["truncated"] = True
+                return True
+            return False
+
+        lo, hi, b = 0, None, 1
+        while b <= 256:
+            if trial(b):
+                lo = b
+                b *= 2
+            else:
+                hi = b
+                break
+            if out_of_time():
+                break
+        if lo == 256 and hi is None:
+            row["warning"] = "search stopped at batch 256 (all succeeded)"
+        while hi is not None and hi - lo > 1 and not row["truncated"]:
+            mid = (lo + hi) // 2
+            if trial(mid):
+                lo = mid
+            else:
+                hi = mid
+            if out_of_time():
+                break
+        row["max_batch"] = lo
+        row["first_failing_batch"] = hi
+
+    def _trial(self, arm, b):
+        a = dict(arm, batch=b)
+        detail = {"batch": b, "ok": False, "error": None}
+        t = time.time()
+        clean()
+        res = {"phases": {}, "current": None}
+        try:
+            self._trial_inner(a, res)
+            detail["ok"] = True
+        except Exception as e:
+            if not is_oom(e):
+                raise
+            detail["error"] = err_text(e)[:200]
+            detail["failed_phase"] = res.get("current") or "build"
+            detail["peak_at_error"] = _safe(lambda: int(torch.cuda.max_memory_allocated()))
+            drop_exception(e)
+        clean()
+        detail.update(summarize_phases(res["phases"]))
+        detail["seconds"] = round(time.time() - t, 3)
+        return detail["ok"], detail
+
+    def _trial_inner(self, arm, res):
+        res["current"] = "build"
+        model, _info = build_model(arm, arm["seq"])
+        res["current"] = None
+        run_two_steps(model, arm, arm["shape"]["vocab"], 7, res)
+        del model
+
+    # ---- summary ---------------------------------------------------------
+    def print_summary(self):
+        log("")
+        log("=" * 118)
+        log("%-4s %-15s %-5s %-28s %-3s %-3s %-3s %-5s %9s %9s %9s %7s  %s" % (
+            "idx", "model", "mode", "targets", "r", "gc", "ret", "b x s", "weights", "first", "steady", "secs",
+            "error/warning"))
+        for r in self.rows:
+            log("%-4s %-15s %-5s %-28s %-3s %-3s %-3s %-5s %9s %9s %9s %7.1f  %s" % (
+                r["plan_index"], r["model"][:15], r["mode"], (r["lora_targets"] or "-")[:28],
+                r["lora_rank"] if r["lora_rank"] is not None else "-", int(r["gradient_checkpointing"]),
+                int(r["logits_retained"]), "%dx%d" % (r["batch"], r["seq"]),
+                gib(r.get("weights_allocated")), gib(r.get("peak_first")), gib(r.get("peak_steady")),
+                r["wall_seconds"], (r["error"] or r.get("warning") or "")[:60]))
+        for r in self.mb_rows:
+            log("max-batch %-15s %-5s %-28s gc=%d s=%d cap=%s GiB -> %s  trials=%s %s" % (
+                r["model"], r["mode"], r["lora_targets"] or "-", int(r["gradient_checkpointing"]), r["seq"],
+                gib(r["cap_bytes"]), r["max_batch"], r["trials"], r["error"] or ""))
+        log("GiB = 2^30 bytes; %d rows, %d with an error; %.1fs in all" % (
+            len(self.rows) + len(self.mb_rows), self.n_errors, time.time() - self.t_start))
+
+
+# --------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------
+
+def load_arms_file(path, for_max_batch):
+    with open(path, "r", encoding="utf-8") as f:
+        data = json.load(f)
+    if not isinstance(data, list) or not data:
+        raise ArmSpecError("%s must hold a non-empty JSON list of arm objects" % path)
+    return [normalize_arm(x, for_max_batch=for_max_batch) for x in data]
+
+
+def quick_subset(arms):
+    seen = set()
+    out = []
+    for a in arms:
+        k = group_key(a)
+        if k not in seen:
+            seen.add(k)
+            out.append(a)
+    return out
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        description="Measure the GPU memory of real HF transformers + PEFT training steps (two steps per "
+                    "arm, per-phase peaks from torch.cuda) and write JSON Lines.  Needs one CUDA GPU, "
+                    "torch, transformers and peft; no network (models are built from config with random "
+                    "weights).",
+        epilog="Row kinds: stack, context, step (one per arm and repeat), max_batch, end.  Progress goes to "
+               "stderr.  Exit status is non-zero only for a usage error (2) or a harness bug (1); an arm's "
+               "own failure (e.g. OOM) is a row with an error field.  "
+               "Example: PYTHONUNBUFFERED=1 python3 tests/validation/hf_harness.py --out hf.jsonl --max-batch "
+               "--budget-s 540")
+    p.add_argument("--out", required=True, help="output JSONL path (overwritten)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--plan", default="full", choices=sorted(PLANS),
+                     help="built-in plan: full (88 arms, the default) or smoke (3 tiny arms)")
+    src.add_argument("--arms", metavar="FILE.json",
+                     help="JSON list of arm objects instead of a plan; fields: model (preset: %s) or "
+                          "shape {%s} + arch (llama|qwen2|mistral); mode lora|full; lora_rank; lora_targets "
+                          "(\"q_proj,v_proj\", a list, or \"all-linear\"); gradient_checkpointing; "
+                          "logits_retained; batch; seq" % (", ".join(PRESETS), ", ".join(SHAPE_KEYS)))
+    p.add_argument("--repeats", type=int, default=1, help="run the whole plan N times (default 1)")
+    p.add_argument("--max-batch", action="store_true",
+                   help="also find the largest batch that runs two steps under a memory cap, for the plan's "
+                        "max-batch configurations (full: 4, smoke: 1; --arms uses full's)")
+    p.add_argument("--max-batch-arms", metavar="FILE.json",
+                   help="JSON list of max-batch configurations (arm fields without batch, plus cap_bytes) "
+                        "replacing the built-in ones; implies --max-batch")
+    p.add_argument("--quick", action="store_true",
+                   help="only the first arm of each model group (one build, one arm per group), and only "
+                        "the first max-batch configuration: a fast end-to-end check")
+    p.add_argument("--budget-s", type=float, default=0.0,
+                   help="soft wall-time budget in seconds: arms and max-batch searches not started when it "
+                        "is exceeded are written as skipped rows (default 0 = no budget)")
+    p.add_argument("--max-batch-config-s", type=float, default=90.0,
+                   help="stop one max-batch search after this many seconds (marked truncated; default 90)")
+    p.add_argument("--list", action="store_true", help="print the selected arms as JSON and exit (no GPU needed)")
+    args = p.parse_args(argv)
+    if args.repeats < 1:
+        p.error("--repeats must be >= 1")
+    return args, p
+
+
+def main(argv=None):
+    global STACK, CONTEXT_ALLOCATED
+    args, parser = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        if args.arms:
+            arms = load_arms_file(args.arms, for_max_batch=False)
+            mb_raw = MAX_BATCH_FULL
+        else:
+            plan_fn, mb_raw = PLANS[args.plan]
+            arms = [normalize_arm(a) for a in plan_fn()]
+        if args.max_batch_arms:
+            mb = load_arms_file(args.max_batch_arms, for_max_batch=True)
+            args.max_batch = True
+        else:
+            mb = [normalize_arm(a, for_max_batch=True) for a in mb_raw]
+    except (ArmSpecError, OSError, ValueError) as e:
+        parser.error(str(e))
+    if args.quick:
+        arms = quick_subset(arms)
+        mb = mb[:1]
+    if args.list:
+        print(json.dumps({"arms": arms, "max_batch": mb if args.max_batch else []}, indent=1))
+        return 0
+
+    _import_stack()
+    if not torch.cuda.is_available():
+        log("error: no CUDA device visible")
+        return 1
+    torch.cuda.set_device(0)
+    gc.collect()
+    gc.freeze()  # the imported modules' objects stop costing every gc.collect()
+
+    writer = JsonlWriter(args.out)
+    runner = Runner(writer, args.budget_s)
+    STACK = collect_stack()
+    writer.write(dict({"kind": "stack"}, **STACK))
+    log("stack: %s, %s GiB, driver %s, torch %s (CUDA %s), transformers %s, peft %s" % (
+        STACK["gpu_name"], gib(STACK["gpu_total_memory"]), STACK["driver_version"], STACK["torch"],
+        STACK["torch_cuda"], STACK["transformers"], STACK["peft"]))
+
+    before, ctx, ctx_reserved = warmup_context()
+    CONTEXT_ALLOCATED = ctx
+    writer.write({"kind": "context", "allocated_before_warmup": before, "context_allocated": ctx,
+                  "context_reserved": ctx_reserved,
+                  "preferred_blas_library": STACK["preferred_blas_library"],
+                  "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+                  "TORCH_CUBLASLT_UNIFIED_WORKSPACE": os.environ.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE"),
+                  "stack": STACK})
+    log("context: %d bytes allocated after the cuBLAS warm-up (%d before), %d reserved" % (ctx, before, ctx_reserved))
+
+    n_groups = len({group_key(a) for a in arms})
+    log("plan: %d arms in %d model groups x %d repeat(s)%s" % (
+        len(arms), n_groups, args.repeats, ("; then %d max-batch search(es)" % len(mb)) if args.max_batch else ""))
+    runner.run_plan(arms, args.repeats)
+    if args.max_batch:
+        runner.run_max_batch(mb, STACK["gpu_total_memory"], args.max_batch_config_s)
+    runner.print_summary()
+    writer.write({"kind": "end", "step_rows": len(runner.rows), "max_batch_rows": len(runner.mb_rows),
+                  "rows_with_error": runner.n_errors, "wall_seconds": round(time.time() - runner.t_start, 3),
+                  "stack": STACK})
+    writer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
