@@ -84,6 +84,8 @@ struct CliOptions {
   bool json = false;
   bool instruments = false;      ///< probe --instruments: loss bytes per element, SDPA backends, stack
   std::uint64_t repeats = 1;     ///< probe --repeats: runs of each step
+  std::uint64_t world_size = 1;  ///< --world-size: data-parallel ranks
+  ShardingChoice sharding{};     ///< --sharding: strategy, and the group size for hybrid
 
   /// The step for one batch and sequence length, every other flag applied.
   [[nodiscard]] Step step(std::uint64_t batch, std::uint64_t seq) const {
@@ -98,6 +100,9 @@ struct CliOptions {
     s.attention = attention;
     s.logits_retained = logits_retained;
     s.peak_over = peak_over;
+    s.world_size = world_size;
+    s.sharding = sharding.sharding;
+    s.shard_group = sharding.shard_group;
     return s;
   }
 };
@@ -123,6 +128,8 @@ inline constexpr unsigned list_commands = bit(Command::sweep) | bit(Command::pro
 /// Subcommands that predict steps of a model.
 inline constexpr unsigned model_commands =
     bit(Command::predict) | bit(Command::max_batch) | bit(Command::max_seq) | list_commands;
+/// Subcommands that predict for several ranks (the probe runs on one GPU).
+inline constexpr unsigned rank_commands = model_commands & ~bit(Command::probe);
 
 /// A whole number of at least 1. Rejects signs, spaces, fractions, trailing characters and
 /// values beyond 64 bits; the library's own limits are checked when the step is validated.
@@ -229,6 +236,18 @@ inline constexpr std::array flags = {
            if (b.count() == 0) throw InvalidInput(f, "must be more than 0 bytes, got '" + std::string(v) + "'");
            o.budget = b;
          }},
+    Flag{"--world-size", "N",
+         "data-parallel ranks, 1 to 65536 (default 1); --batch is then each rank's micro-batch and every "
+         "figure is per rank",
+         detail::rank_commands, "",
+         [](CliOptions& o, std::string_view f, std::string_view v) { o.world_size = detail::parse_positive(f, v); }},
+    Flag{"--sharding", "none|zero1|zero2|full|hybrid:K",
+         "how the ranks share the state (default none: DDP when --world-size is above 1): zero1 partitions "
+         "AdamW's moments, zero2 also the grads (ZeRO stages 1 and 2, with DeepSpeed's buffers but the stack's "
+         "dtypes: DeepSpeed's fp32 master weights are not counted), full also the weights (FSDP2 fully_shard), "
+         "hybrid:K shards within groups of K ranks (K divides --world-size) and replicates across them",
+         detail::rank_commands, "",
+         [](CliOptions& o, std::string_view f, std::string_view v) { o.sharding = parse_sharding(v, f); }},
     Flag{"--instruments", "",
          "measure instead of checking steps: bytes per logits element of the loss (bf16 and fp32-upcast) "
          "across vocabularies, the extra memory of each SDPA backend and of the default, the stack record",
@@ -362,8 +381,12 @@ inline CliOptions parse_command_line(std::span<const std::string_view> args) {
 /// field of a loaded config names --config. Other fields ("--budget", "config.json: vocab_size")
 /// are already what the user wrote.
 inline std::string flag_for_field(std::string_view field, const CliOptions& o) {
-  constexpr std::array<std::array<std::string_view, 2>, 4> step_fields = {{
-      {"batch", "--batch"}, {"seq", "--seq"}, {"lora rank", "--lora-rank"}, {"lora targets", "--lora-targets"}}};
+  constexpr std::array<std::array<std::string_view, 2>, 6> step_fields = {{{"batch", "--batch"},
+                                                                          {"seq", "--seq"},
+                                                                          {"lora rank", "--lora-rank"},
+                                                                          {"lora targets", "--lora-targets"},
+                                                                          {"world size", "--world-size"},
+                                                                          {"shard group", "--sharding"}}};
   for (const auto& f : step_fields)
     if (f[0] == field) return std::string(f[1]);
   constexpr std::array<std::string_view, 7> shape_fields = {"vocab",  "hidden",   "intermediate", "layers",

@@ -141,6 +141,57 @@ vramfit_cli_test(sweep.json EXIT 0 ARGS sweep ${small} --seq 1024,2048,4096 --ba
 vramfit_cli_test(sweep.json.budget EXIT 3 ARGS sweep ${small} --seq 1024,8192 --budget 8GB --json LINES 2
   MATCH "\"fits\":true" "\"fits\":false")
 
+# ---- several ranks: --world-size and --sharding (per-rank figures) ---------------------------
+vramfit_cli_test(help.sharding EXIT 0 ARGS predict --help
+  MATCH "--world-size N\n" "--sharding none\\|zero1\\|zero2\\|full\\|hybrid:K\n")
+vramfit_cli_test(help.max-seq.sharding EXIT 0 ARGS max-seq --help MATCH "--world-size N" "--sharding")
+vramfit_cli_test(predict.sharding.full EXIT 0 ARGS predict --model Llama-3.1-8B --mode full --world-size 8 --sharding full
+    --budget 80GB
+  MATCH "step: .*, full sharding over 8 ranks, per rank\n"
+        "\nranks: +full sharding over 8 ranks: every figure is per rank \\(rank 0, which holds the largest shard\\)"
+        "parameters +[0-9.]+" "\nfits the budget of 80.000 GB")
+vramfit_cli_test(predict.sharding.ddp EXIT 0 ARGS predict ${small} --world-size 4
+  MATCH "DDP over 4 ranks, per rank\n" "\nranks: +DDP over 4 ranks")
+vramfit_cli_test(predict.sharding.json EXIT 0 ARGS predict ${small} --world-size 16 --sharding hybrid:4 --json
+  MATCH "\"world_size\": *16" "\"sharding\": *\"hybrid:4\"" "\"peak_bytes\": *${json_number}")
+vramfit_cli_test(predict.sharding.default.json EXIT 0 ARGS predict ${small} --json
+  MATCH "\"world_size\": *1" "\"sharding\": *\"none\"")
+vramfit_cli_test(predict.sharding.full_on_one_rank EXIT 0 ARGS predict ${small} --sharding full --world-size 1
+  MATCH "full sharding over 1 rank, per rank")
+vramfit_cli_test(predict.sharding.zero2 EXIT 0 ARGS predict --model Qwen2.5-7B --mode full --world-size 8 --sharding=zero2
+  MATCH "ZeRO-2 over 8 ranks, per rank")
+# Full fine-tuning of an 8B model does not fit one 80 GB card; sharded over 8 it does, with room for a batch.
+vramfit_cli_test(predict.sharding.one_card_does_not_fit EXIT 3 ARGS predict --model Llama-3.1-8B --mode full --budget 80GB
+  MATCH "does not fit the budget")
+vramfit_cli_test(max-batch.sharding EXIT 0 ARGS max-batch --model Llama-3.1-8B --mode full --world-size 8 --sharding full
+    --budget 80GB
+  MATCH "ranks: +full sharding over 8 ranks" "max batch: [1-9][0-9]*\n")
+vramfit_cli_test(max-batch.sharding.json EXIT 0 ARGS max-batch ${small} --world-size 2 --sharding zero1 --budget 24GiB --json
+  MATCH "\"max_batch\": *[1-9][0-9]*" "\"world_size\": *2" "\"sharding\": *\"zero1\"")
+vramfit_cli_test(max-seq.sharding EXIT 0 ARGS max-seq ${small} --world-size 8 --sharding full --budget 24GiB
+  MATCH "full sharding over 8 ranks" "max seq: [1-9][0-9]*\n")
+vramfit_cli_test(sweep.sharding EXIT 0 ARGS sweep ${small} --seq 1024,2048 --world-size 4 --sharding full
+  MATCH "ranks: +full sharding over 4 ranks" "\n *2048 +1 +[0-9.]+ GB\n")
+vramfit_cli_test(sweep.sharding.json EXIT 0 ARGS sweep ${small} --seq 1024,2048 --world-size 4 --sharding hybrid:2 --json
+    LINES 2
+  MATCH "\"world_size\":4,\"sharding\":\"hybrid:2\"")
+vramfit_cli_error(world_size_zero --world-size predict ${small} --world-size 0)
+vramfit_cli_error(world_size_beyond_limit --world-size predict ${small} --world-size 65537)
+vramfit_cli_error(world_size_not_a_number --world-size predict ${small} --world-size eight)
+vramfit_cli_error(sharding_unknown --sharding predict ${small} --sharding zero3)
+vramfit_cli_error(sharding_hybrid_zero --sharding predict ${small} --world-size 4 --sharding hybrid:0)
+vramfit_cli_error(sharding_hybrid_not_dividing --sharding predict ${small} --world-size 4 --sharding hybrid:3)
+vramfit_cli_error(sharding_hybrid_larger_than_world --sharding max-batch ${small} --world-size 4 --sharding hybrid:8
+  --budget 24GB)
+vramfit_cli_error(sharding_hybrid_not_a_number --sharding predict ${small} --world-size 4 --sharding hybrid:x)
+vramfit_cli_error(sharding_hybrid_without_group --sharding predict ${small} --world-size 4 --sharding hybrid)
+vramfit_cli_error(sharding_empty --sharding predict ${small} --sharding=)
+vramfit_cli_error(sharding_not_in_probe --world-size presets --world-size 2)
+if(TARGET vramfit::probe)
+  vramfit_cli_error(probe_takes_no_world_size --world-size probe ${small} --world-size 2)
+  vramfit_cli_error(probe_takes_no_sharding --sharding probe ${small} --sharding full)
+endif()
+
 # ---- presets --------------------------------------------------------------------------------
 vramfit_cli_test(presets EXIT 0 ARGS presets
   MATCH "model +parameters +vocab" "\nSmolLM2-135M +134.5M +49152 +576" "Llama-3.1-8B +8.03B" "TinyLlama-1.1B")

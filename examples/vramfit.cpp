@@ -103,6 +103,8 @@ Json step_json(const Step& s) {
   j["attention"] = vramfit::to_string(s.attention);
   j["logits_retained"] = s.logits_retained;
   j["peak_over"] = vramfit::to_string(s.peak_over);
+  j["world_size"] = s.world_size;
+  j["sharding"] = vramfit::sharding_name(s);
   return j;
 }
 
@@ -124,8 +126,13 @@ void add_budget_json(Json& j, Bytes required, Bytes budget) {
 
 // ---- text ---------------------------------------------------------------------------------------
 
-void print_context(const NamedModel& m, std::string_view step_line) {
+/// The model and step lines; on several ranks or sharded, a line saying that every figure is per rank.
+void print_context(const NamedModel& m, std::string_view step_line, const Step& step) {
   fmt::print("model:  {}: {}\nstep:   {}\n", m.name, vramfit::describe(m.shape), step_line);
+  if (!step.single_gpu())
+    fmt::print("ranks:  {}: every figure is per rank (rank 0, which holds the largest shard); the batch is each "
+               "rank's micro-batch\n",
+               vramfit::describe_sharding(step));
 }
 
 std::string budget_text(Bytes budget) { return fmt::format("{} ({:i})", budget, budget); }
@@ -156,7 +163,7 @@ int run_predict(const CliOptions& o) {
     j["step"] = step_json(step);
     fmt::print("{}\n", j.dump(2));
   } else {
-    print_context(model, vramfit::describe(step));
+    print_context(model, vramfit::describe(step), step);
     fmt::print("\n{}", p);
     if (o.budget) {
       if (fits)
@@ -198,7 +205,8 @@ int run_max(const CliOptions& o, bool search_batch) {
     fmt::print("{}\n", j.dump(2));
   } else {
     print_context(model, fmt::format("{} {}, {} searched; {}", search_batch ? "seq" : "batch",
-                                     search_batch ? step.seq : step.batch, what, vramfit::describe_setup(step)));
+                                     search_batch ? step.seq : step.batch, what, vramfit::describe_setup(step)),
+                  step);
     fmt::print("stack:  {}\nbudget: {}\n\n", at.stack, budget_text(budget.usable));
     if (best == 0) {
       fmt::print("max {}: 0: not even {} 1 fits; it requires {} (peak {} in the {})\n", what, what, at.required,
@@ -240,6 +248,8 @@ int run_sweep(const CliOptions& o) {
       j["phase"] = vramfit::to_key(r.prediction.phase);
       if (o.budget) add_budget_json(j, r.prediction.required, *o.budget);
       j["stack"] = r.prediction.stack;
+      j["world_size"] = r.step.world_size;
+      j["sharding"] = vramfit::sharding_name(r.step);
       j[model.from_config ? "config" : "model"] = model.name;
       fmt::print("{}\n", j.dump());
     }
@@ -247,8 +257,10 @@ int run_sweep(const CliOptions& o) {
   }
   if (!o.json) {
     const auto join = [](const std::vector<std::uint64_t>& v) { return fmt::format("{}", fmt::join(v, ",")); };
-    print_context(model, fmt::format("seq {} x batch {}; {}", join(o.seqs), join(o.batches),
-                                     vramfit::describe_setup(o.step(1, 1))));
+    print_context(model,
+                  fmt::format("seq {} x batch {}; {}", join(o.seqs), join(o.batches),
+                              vramfit::describe_setup(o.step(1, 1))),
+                  o.step(1, 1));
     fmt::print("stack:  {}\n", rows.front().prediction.stack);
     if (o.budget)
       fmt::print("budget: {}; fits: the peak plus the allocator's margin is within it\n", budget_text(*o.budget));

@@ -25,6 +25,7 @@
 #include "vramfit/model.hpp"
 #include "vramfit/phase.hpp"
 #include "vramfit/predictor.hpp"
+#include "vramfit/sharding.hpp"
 #include "vramfit/step.hpp"
 
 namespace vramfit {
@@ -189,7 +190,8 @@ inline std::string describe(const ModelShape& m) {
 }
 
 /// One line on how a step trains, batch and sequence aside: "bf16, LoRA r=8 on q_proj,v_proj,
-/// flash attention, steady-state peak".
+/// flash attention, steady-state peak"; on several ranks or sharded it ends ", full sharding
+/// over 8 ranks, per rank".
 inline std::string describe_setup(const Step& s) {
   std::string out(to_string(s.precision));
   out += s.mode == Mode::full ? std::string(", full fine-tuning")
@@ -197,7 +199,9 @@ inline std::string describe_setup(const Step& s) {
   if (s.gradient_checkpointing) out += ", gradient checkpointing";
   out += fmt::format(", {} attention", to_string(s.attention));
   if (s.logits_retained) out += ", logits retained through backward";
-  return out + (s.peak_over == PeakOver::steady ? ", steady-state peak" : ", first-step peak");
+  out += s.peak_over == PeakOver::steady ? ", steady-state peak" : ", first-step peak";
+  if (!s.single_gpu()) out += ", " + describe_sharding(s) + ", per rank";
+  return out;
 }
 
 /// One line on a step: "batch 4 x seq 2048 (8192 tokens), bf16, LoRA r=8 on q_proj,v_proj,

@@ -21,6 +21,18 @@ enum class Attention : std::uint8_t { flash, mem_efficient, math };
 /// Which steps the peak is taken over: the first alone (no optimizer state exists before its
 /// `step()`), or the whole run (`steady`: the largest peak of any step, the first included).
 enum class PeakOver : std::uint8_t { first_step, steady };
+/**
+ * How the training state is laid out over `Step::world_size` data-parallel ranks, each running
+ * its own micro-batch of `Step::batch` sequences (vramfit/sharding.hpp has the arithmetic):
+ * - `none`: every rank holds everything; with more than one rank this is PyTorch DDP.
+ * - `zero1`: AdamW's moments and temporaries are partitioned (ZeRO stage 1).
+ * - `zero2`: the gradients too (ZeRO stage 2).
+ * - `full`: the weights too, each layer gathered for its forward and backward (FSDP2
+ *   `fully_shard`, FULL_SHARD, ZeRO stage 3).
+ * - `hybrid`: `full` within groups of `Step::shard_group` ranks, replicated across groups
+ *   (FSDP2 HSDP).
+ */
+enum class Sharding : std::uint8_t { none, zero1, zero2, full, hybrid };
 
 constexpr std::uint64_t element_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
 
@@ -42,6 +54,17 @@ constexpr std::string_view to_string(Attention a) {
   return "?";
 }
 constexpr std::string_view to_string(PeakOver p) { return p == PeakOver::first_step ? "first" : "steady"; }
+/// The strategy's word ("hybrid" without its group size; `sharding_name` adds it).
+constexpr std::string_view to_string(Sharding s) {
+  switch (s) {
+    case Sharding::none: return "none";
+    case Sharding::zero1: return "zero1";
+    case Sharding::zero2: return "zero2";
+    case Sharding::full: return "full";
+    case Sharding::hybrid: return "hybrid";
+  }
+  return "?";
+}
 
 /// A set of projections (LoRA targets).
 struct TargetSet {
@@ -82,11 +105,25 @@ struct Step {
   Attention attention = Attention::flash;
   bool logits_retained = false;  ///< the caller keeps the model output (and its logits) through backward
   PeakOver peak_over = PeakOver::steady;
+  std::uint64_t world_size = 1;        ///< data-parallel ranks; `batch` is each rank's micro-batch
+  Sharding sharding = Sharding::none;  ///< how the state is laid out over the ranks
+  std::uint64_t shard_group = 0;       ///< `hybrid`: ranks per shard group (divides world_size); else 0
 
   /// batch x sequence.
   [[nodiscard]] constexpr std::uint64_t tokens() const { return detail::checked_mul(batch, seq); }
   /// Whether the projection `m` carries a LoRA adapter in this step.
   [[nodiscard]] constexpr bool adapted(Module m) const { return mode == Mode::lora && lora.targets.has(m); }
+  /// Whether this is one process on one GPU: a single rank with nothing sharded.
+  [[nodiscard]] constexpr bool single_gpu() const { return world_size == 1 && sharding == Sharding::none; }
+  /// How many ranks share the sharded state: world_size for zero1, zero2 and full, the group
+  /// for hybrid, 1 for none.
+  [[nodiscard]] constexpr std::uint64_t shard_count() const {
+    switch (sharding) {
+      case Sharding::none: return 1;
+      case Sharding::hybrid: return shard_group;
+      default: return world_size;
+    }
+  }
 
   friend constexpr bool operator==(const Step&, const Step&) = default;
 };
@@ -100,6 +137,19 @@ constexpr void validate(const Step& step, const ModelShape& model) {
     if (step.lora.targets.empty()) throw InvalidInput("lora targets", "at least one projection is required");
     if (!model.gated_mlp && step.lora.targets.has(Module::gate_proj))
       throw InvalidInput("lora targets", "gate_proj is not in a model without a gated MLP");
+  }
+  detail::require_range("world size", step.world_size, 1, 65536);
+  if (step.sharding == Sharding::hybrid) {
+    if (step.shard_group == 0)
+      throw InvalidInput("shard group", "hybrid sharding needs a shard group of at least 1 rank (hybrid:K)");
+    if (step.shard_group > step.world_size || step.world_size % step.shard_group != 0)
+      throw InvalidInput("shard group", "hybrid:" + std::to_string(step.shard_group) +
+                                            " needs a shard group that divides the world size (" +
+                                            std::to_string(step.world_size) + ")");
+  } else if (step.shard_group != 0) {
+    throw InvalidInput("shard group", "is only for hybrid sharding (hybrid:K), got " +
+                                          std::to_string(step.shard_group) + " with " +
+                                          std::string(to_string(step.sharding)));
   }
   (void)step.tokens();
 }
@@ -127,6 +177,44 @@ constexpr PeakOver parse_peak_over(std::string_view s, std::string_view field = 
   if (detail::iequals(s, "steady")) return PeakOver::steady;
   throw InvalidInput(field, "unknown phase '" + std::string(s) + "' (allowed: first, steady)");
 }
+/// What `--sharding` says: the strategy and, for hybrid, the shard group size.
+struct ShardingChoice {
+  Sharding sharding = Sharding::none;
+  std::uint64_t shard_group = 0;
+  friend constexpr bool operator==(const ShardingChoice&, const ShardingChoice&) = default;
+};
+/// "none", "zero1", "zero2", "full" or "hybrid:K" (K ranks per shard group, at least 1). That K
+/// divides the world size is checked by `validate`, which knows the world size.
+constexpr ShardingChoice parse_sharding(std::string_view s, std::string_view field = "--sharding") {
+  for (Sharding k : {Sharding::none, Sharding::zero1, Sharding::zero2, Sharding::full})
+    if (detail::iequals(s, to_string(k))) return {k, 0};
+  const std::string_view prefix = "hybrid:";
+  if (s.size() >= prefix.size() && detail::iequals(s.substr(0, prefix.size()), prefix)) {
+    const std::string_view digits = s.substr(prefix.size());
+    std::uint64_t k = 0;
+    bool whole = !digits.empty();
+    for (char c : digits) {
+      if (!detail::is_digit(c)) whole = false;
+      else if (k <= 65536) k = k * 10 + static_cast<std::uint64_t>(c - '0');  // past 65536: too large anyway
+    }
+    if (!whole)
+      throw InvalidInput(field, "hybrid takes its shard group size in ranks: hybrid:K with K a whole number, got '" +
+                                    std::string(s) + "'");
+    if (k == 0) throw InvalidInput(field, "hybrid:K needs a shard group of at least 1 rank, got '" + std::string(s) + "'");
+    if (k > 65536) throw InvalidInput(field, "hybrid:K allows at most 65536 ranks per group, got '" + std::string(s) + "'");
+    return {Sharding::hybrid, k};
+  }
+  if (detail::iequals(s, "hybrid"))
+    throw InvalidInput(field, "hybrid needs its shard group size: hybrid:K (K ranks per group, dividing the world size)");
+  throw InvalidInput(field, "unknown sharding '" + std::string(s) + "' (allowed: none, zero1, zero2, full, hybrid:K)");
+}
+/// "none", "zero1", "zero2", "full" or "hybrid:K": what `parse_sharding` reads back.
+inline std::string sharding_name(const Step& s) {
+  std::string out(to_string(s.sharding));
+  if (s.sharding == Sharding::hybrid) out += ":" + std::to_string(s.shard_group);
+  return out;
+}
+
 constexpr Module parse_module(std::string_view s, std::string_view field = "--lora-targets") {
   for (Module m : all_modules)
     if (detail::iequals(s, to_string(m))) return m;

@@ -15,6 +15,7 @@
 #include "vramfit/model.hpp"
 #include "vramfit/phase.hpp"
 #include "vramfit/profiles.hpp"
+#include "vramfit/sharding.hpp"
 #include "vramfit/step.hpp"
 
 namespace vramfit {
@@ -223,7 +224,8 @@ struct LogitsTerm {
  * update's temporaries. Grads are freed by zero_grad(set_to_none) and appear during backward:
  * the last layer's (and lm_head's) at the top, all of them at the bottom. Moments exist from the
  * first optimizer step on, so they are live through the forward and backward of every later step
- * (`PeakOver::steady`) but not of the first.
+ * (`PeakOver::steady`) but not of the first. With more than one rank or a sharding strategy the
+ * bytes are rank 0's, from `detail::sharded_parameter_bytes` (vramfit/sharding.hpp).
  * @tparam P the stack profile
  */
 template <StackProfile P>
@@ -244,6 +246,7 @@ struct ParameterTerm {
   constexpr PhaseBytes operator()(const ModelShape& m, const Step& s) const {
     const std::uint64_t e = element_bytes(s.precision);
     const std::uint64_t a = detail::adapter_element_bytes<P>(s);
+    if (!s.single_gpu()) return detail::sharded_parameter_bytes(m, s, {e, a, P::adamw});
     const bool full = s.mode == Mode::full;
     const Bytes weights = bytes_of(e, {m.parameters()});
     const Bytes adapters = bytes_of(a, {adapter_parameters(m, s)});

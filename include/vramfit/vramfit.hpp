@@ -11,5 +11,6 @@
 #include "vramfit/predictor.hpp"
 #include "vramfit/presets.hpp"
 #include "vramfit/profiles.hpp"
+#include "vramfit/sharding.hpp"
 #include "vramfit/step.hpp"
 #include "vramfit/terms.hpp"
