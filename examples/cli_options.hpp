@@ -27,7 +27,7 @@
 namespace vramfit::cli {
 
 /// The subcommands; `report` is `vramfit` with no arguments.
-enum class Command : std::uint8_t { report, predict, max_batch, max_seq, sweep, presets, probe };
+enum class Command : std::uint8_t { report, predict, max_batch, max_seq, sweep, presets, probe, replay };
 
 /// A subcommand's name, usage line and one-line summary, for the help texts.
 struct CommandInfo {
@@ -37,7 +37,7 @@ struct CommandInfo {
   std::string_view summary;  ///< what it does
 };
 
-inline constexpr std::array<CommandInfo, 6> commands = {{
+inline constexpr std::array<CommandInfo, 7> commands = {{
     {Command::predict, "predict", "(--model NAME | --config PATH) [flags]",
      "predict the peak memory of one step, with its breakdown by term and phase"},
     {Command::max_batch, "max-batch", "(--model NAME | --config PATH) --budget SIZE [flags]",
@@ -49,6 +49,8 @@ inline constexpr std::array<CommandInfo, 6> commands = {{
     {Command::presets, "presets", "[--json]", "list the built-in models with their shapes and parameter counts"},
     {Command::probe, "probe", "(--model NAME | --config PATH) [--seq N,N,...] [--batch N,N,...] [flags]",
      "run the steps on a CUDA GPU and compare the real peaks with the predictions"},
+    {Command::replay, "replay", "--data FILE.jsonl [--stack hf-peft|libtorch] [--json]",
+     "predict every step measured in a file (tests/data/*.jsonl) and print predicted, real, pred/real, verdict"},
 }};
 
 /// Whether this build has the LibTorch probe.
@@ -84,6 +86,8 @@ struct CliOptions {
   bool json = false;
   bool instruments = false;      ///< probe --instruments: loss bytes per element, SDPA backends, stack
   std::uint64_t repeats = 1;     ///< probe --repeats: runs of each step
+  std::optional<std::filesystem::path> data;  ///< replay --data: a measurements file
+  bool stack_given = false;      ///< --stack was on the command line (replay: else each row's own)
   std::uint64_t world_size = 1;  ///< --world-size: data-parallel ranks
   ShardingChoice sharding{};     ///< --sharding: strategy, and the group size for hybrid
 
@@ -218,8 +222,13 @@ inline constexpr std::array flags = {
          "", [](CliOptions& o, std::string_view f, std::string_view v) { o.attention = parse_attention(v, f); }},
     Flag{"--stack", "hf-peft|libtorch",
          "hf-peft: HF transformers + PEFT + torch AdamW; libtorch: the probe's lean C++ step (default hf-peft)",
-         detail::model_commands, "",
-         [](CliOptions& o, std::string_view f, std::string_view v) { o.stack = detail::parse_stack(f, v); }},
+         detail::model_commands | bit(Command::replay), "",
+         [](CliOptions& o, std::string_view f, std::string_view v) {
+           o.stack = detail::parse_stack(f, v);
+           o.stack_given = true;
+         }},
+    Flag{"--data", "FILE", "a measurements file (JSON lines, as in tests/data/)", bit(Command::replay), "",
+         [](CliOptions& o, std::string_view, std::string_view v) { o.data = std::filesystem::path(v); }},
     Flag{"--phase", "first|steady",
          "the peak of the first step only (no optimizer state yet) or of every step (default steady)",
          detail::model_commands, "",
@@ -257,7 +266,8 @@ inline constexpr std::array flags = {
            o.repeats = detail::parse_positive(f, v);
            if (o.repeats > 100) throw InvalidInput(f, "must be at most 100, got " + std::string(v));
          }},
-    Flag{"--json", "", "print one JSON object instead of text", detail::model_commands | bit(Command::presets),
+    Flag{"--json", "", "print one JSON object instead of text",
+         detail::model_commands | bit(Command::presets) | bit(Command::replay),
          "print JSON lines instead of text: one object per line, a line per step",
          [](CliOptions& o, std::string_view, std::string_view) { o.json = true; }},
 };
@@ -288,6 +298,8 @@ inline std::string command_list() {
 
 /// Checks that hold between flags, after all of them are read.
 inline void check_combinations(const CliOptions& o) {
+  if (o.command == Command::replay && !o.data)
+    throw InvalidInput("--data", "required by replay (a measurements file, e.g. tests/data/hf_steps.jsonl)");
   if ((bit(o.command) & model_commands) == 0) return;
   if (o.model && o.config) throw InvalidInput("--config", "give either --model or --config, not both");
   if (!o.model && !o.config && !o.instruments)
@@ -471,6 +483,9 @@ inline std::string command_help(Command command) {
     case Command::max_batch:
     case Command::max_seq:
       out += "\nexit status: 0 success, 2 bad input, 3 not even 1 fits the budget\n";
+      break;
+    case Command::replay:
+      out += "\nexit status: 0 every prediction at or above the real peak, 2 bad input, 3 an under-prediction\n";
       break;
     case Command::presets:
     case Command::report:

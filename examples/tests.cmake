@@ -255,3 +255,9 @@ vramfit_cli_error(sweep_item_beyond_limit --batch sweep ${small} --batch 1,20000
 if(NOT TARGET vramfit::probe)
   vramfit_cli_error(probe_not_built probe probe ${small})
 endif()
+
+# replay: the measurements file is required and must be readable.
+vramfit_cli_test(help.replay EXIT 0 ARGS replay --help MATCH "usage: vramfit replay" "--data")
+vramfit_cli_error(replay_without_data --data replay)
+vramfit_cli_error(replay_missing_file measurements replay --data /nonexistent/steps.jsonl)
+vramfit_cli_error(replay_bad_stack --stack replay --data /nonexistent/steps.jsonl --stack tensorflow)

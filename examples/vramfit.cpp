@@ -19,6 +19,7 @@
 
 #include "cli_options.hpp"
 #include "vramfit/config_json.hpp"
+#include "vramfit/replay.hpp"
 #include "vramfit/vramfit.hpp"
 
 #ifdef VRAMFIT_WITH_PROBE
@@ -269,6 +270,54 @@ int run_sweep(const CliOptions& o) {
   return all_fit ? exit_success : exit_does_not_fit;
 }
 
+/// `vramfit replay`: every measured step of a file against its stack's predictor (or --stack),
+/// as the record's table or JSON lines; exit 0 when every prediction is at or above the real peak,
+/// 3 when one is under.
+int run_replay(const CliOptions& o) {
+  const vramfit::Measurements data = vramfit::load_measurements(*o.data, "hf-peft");
+  if (data.steps.empty())
+    throw vramfit::InvalidInput("--data", "no measured steps in '" + o.data->string() + "'");
+  bool all_safe = true;
+  std::vector<vramfit::SweepRow> table;
+  std::string current;
+  const auto flush_table = [&] {
+    if (!table.empty() && !o.json) fmt::print("{}\n", vramfit::sweep_table(table));
+    table.clear();
+  };
+  for (const vramfit::MeasuredStep& m : data.steps) {
+    const auto stack = o.stack_given ? o.stack : vramfit::cli::detail::parse_stack("stack_profile", m.stack);
+    const Prediction p = with_predictor(stack, [&](const auto& predictor) { return predictor.predict(m.shape, m.step); });
+    const Bytes real = m.real(m.step.peak_over);
+    vramfit::SweepRow row{.batch = m.step.batch, .seq = m.step.seq, .predicted = p.peak, .real = real,
+                          .realised_seq = m.realised_seq};
+    all_safe = all_safe && p.peak >= real;
+    if (o.json) {
+      Json j;
+      j["line"] = m.line;
+      j["model"] = m.model;
+      j["stack"] = p.stack;
+      j["step"] = vramfit::describe(m.step);
+      j["predicted_bytes"] = p.peak.count();
+      j["real_bytes"] = real.count();
+      j["ratio"] = *row.ratio();
+      j["verdict"] = row.verdict();
+      j["phase"] = vramfit::to_key(p.phase);
+      fmt::print("{}\n", j.dump());
+      continue;
+    }
+    const std::string heading = fmt::format("{} ({}): {}", m.model, p.stack, vramfit::describe_setup(m.step));
+    if (heading != current) {
+      flush_table();
+      fmt::print("{}\n", heading);
+      current = heading;
+    }
+    table.push_back(row);
+  }
+  flush_table();
+  if (!o.json && data.skipped != 0) fmt::print("({} rows of other kinds or with an error skipped)\n", data.skipped);
+  return all_safe ? exit_success : exit_does_not_fit;
+}
+
 int run_presets(const CliOptions& o) {
   if (o.json) {
     Json list = Json::array();
@@ -371,6 +420,7 @@ int run(const CliOptions& o) {
     case Command::max_seq: return run_max(o, false);
     case Command::sweep: return run_sweep(o);
     case Command::presets: return run_presets(o);
+    case Command::replay: return run_replay(o);
     case Command::probe:
       // ---- the probe: only in builds with LibTorch (VRAMFIT_WITH_PROBE) ----
 #ifdef VRAMFIT_WITH_PROBE

@@ -1,0 +1,91 @@
+// The measurements reader (replay.hpp): which rows it takes, and bad rows named by line and field.
+// The rows here are format fixtures written for this test, not measurements.
+#include <doctest/doctest.h>
+
+#include <sstream>
+#include <string>
+
+#include "vramfit/replay.hpp"
+
+using namespace vramfit;
+
+namespace {
+const std::string shape = R"("shape": {"vocab": 1000, "hidden": 64, "intermediate": 160, "layers": 2, "heads": 4,
+  "kv_heads": 2, "head_dim": 16, "tied_embeddings": true, "qkv_bias": false})";
+
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n') c = ' ';
+  return s;
+}
+std::string step_row(const std::string& extra) {
+  return one_line(R"({"kind": "step", "model": "tiny", )" + shape +
+                  R"(, "mode": "lora", "lora_rank": 8, "lora_targets": "q_proj,v_proj", "batch": 2, "seq": 128)" +
+                  extra + "}");
+}
+Measurements parse(const std::string& text) {
+  std::istringstream in(text);
+  return parse_measurements(in, "fixture.jsonl", "hf-peft");
+}
+}  // namespace
+
+TEST_CASE("steps, max-batch rows, and skipped rows") {
+  const std::string text =
+      R"({"kind": "stack", "gpu": "x"})" "\n" +
+      step_row(R"(, "realised_seq": 128, "peak_first": 1000, "peak_steady": 1200, "gradient_checkpointing": true)") + "\n\n" +
+      step_row(R"(, "realised_seq": 128, "error": "OOM: tried to allocate 2 GiB")") + "\n" +
+      one_line(R"({"kind": "max_batch", "model": "tiny", )" + shape +
+               R"(, "mode": "full", "seq": 256, "cap_bytes": 5000000, "max_batch": 7})") + "\n";
+  const Measurements m = parse(text);
+  REQUIRE(m.steps.size() == 1);
+  CHECK(m.skipped == 2);  // the stack row and the failed step
+  const MeasuredStep& s = m.steps.front();
+  CHECK(s.model == "tiny");
+  CHECK(s.stack == "hf-peft");
+  CHECK(s.shape.kv_heads == 2);
+  CHECK(s.shape.tied_embeddings);
+  CHECK(s.step.batch == 2);
+  CHECK(s.step.seq == 128);
+  CHECK(s.step.lora.targets == TargetSet::peft_default());
+  CHECK(s.step.gradient_checkpointing);
+  CHECK_FALSE(s.step.logits_retained);
+  CHECK(s.real(PeakOver::first_step) == Bytes(1000));
+  CHECK(s.real(PeakOver::steady) == Bytes(1200));
+  CHECK(s.line == 2);
+  REQUIRE(m.max_batches.size() == 1);
+  CHECK(m.max_batches.front().step.mode == Mode::full);
+  CHECK(m.max_batches.front().cap == Bytes(5000000));
+  CHECK(m.max_batches.front().max_batch == 7);
+}
+
+TEST_CASE("a row's own stack_profile wins over the default") {
+  const Measurements m =
+      parse(step_row(R"(, "stack_profile": "libtorch", "realised_seq": 128, "peak_first": 1, "peak_steady": 1)"));
+  REQUIRE(m.steps.size() == 1);
+  CHECK(m.steps.front().stack == "libtorch");
+}
+
+TEST_CASE("bad rows are errors naming the line and the field") {
+  const auto error_of = [](const std::string& text) {
+    try {
+      (void)parse(text);
+    } catch (const InvalidInput& e) {
+      return e.field();
+    }
+    return std::string("no error");
+  };
+  CHECK(error_of("not json") == "fixture.jsonl:1");
+  CHECK(error_of("[1, 2]") == "fixture.jsonl:1");
+  CHECK(error_of(step_row(R"(, "realised_seq": 128, "peak_first": 1)")) == "fixture.jsonl:1: peak_steady");
+  CHECK(error_of(step_row(R"(, "realised_seq": 100, "peak_first": 1, "peak_steady": 1)")) ==
+        "fixture.jsonl:1: realised_seq");
+  CHECK(error_of(step_row(R"(, "realised_seq": 128, "peak_first": -5, "peak_steady": 1)")) ==
+        "fixture.jsonl:1: peak_first");
+  CHECK(error_of(step_row(R"(, "realised_seq": 128, "peak_first": 1.5, "peak_steady": 1)")) ==
+        "fixture.jsonl:1: peak_first");
+  CHECK(error_of(R"({"kind": "step", "model": "x"})") == "fixture.jsonl:1: shape");
+}
+
+TEST_CASE("a missing file is an error, not an empty set") {
+  CHECK_THROWS_AS((void)load_measurements("/nonexistent/measurements.jsonl", "hf-peft"), InvalidInput);
+}
