@@ -72,7 +72,7 @@ struct HfPeft {
   static constexpr bool loss_upcast = true;
   static constexpr AdamWTemporaries adamw = AdamWTemporaries::foreach_group;
   static constexpr std::uint64_t token_buffer_bytes = 4 * 8;
-  static constexpr std::uint64_t workspace_bytes = 32ULL << 20;
+  static constexpr std::uint64_t workspace_bytes = 65ULL << 20;
 };
 
 /**
@@ -88,7 +88,7 @@ struct LibTorch {
   static constexpr bool loss_upcast = false;
   static constexpr AdamWTemporaries adamw = AdamWTemporaries::per_tensor;
   static constexpr std::uint64_t token_buffer_bytes = 8;
-  static constexpr std::uint64_t workspace_bytes = 32ULL << 20;
+  static constexpr std::uint64_t workspace_bytes = 64ULL << 20;
 };
 
 static_assert(StackProfile<HfPeft>);
