@@ -152,7 +152,7 @@ TEST_CASE("the peak is the largest phase total, and the totals add the terms") {
     CAPTURE(preset.name);
     CAPTURE(k);
     for (const Prediction& p : {hf.predict(preset.shape, s), lt.predict(preset.shape, s)}) {
-      REQUIRE(p.term_count == 4);
+      REQUIRE(p.term_count == 5);
       Bytes largest;
       for (Phase phase : all_phases) {
         Bytes sum;
@@ -450,7 +450,8 @@ TEST_CASE("max_batch and max_seq validate what they do not search") {
 
 TEST_CASE("a user-defined term swaps into a Predictor") {
   using Stack = profiles::HfPeft;
-  using Fused = Predictor<ParameterTerm<Stack>, ActivationTerm<Stack>, FusedLossTerm, WorkspaceTerm<Stack>>;
+  using Fused = Predictor<ParameterTerm<Stack>, ActivationTerm<Stack>, FusedLossTerm, WorkspaceTerm<Stack>,
+                          AllocatorSlackTerm<Stack>>;
   static_assert(CostTerm<FusedLossTerm>);
 
   const ModelShape m = model("Qwen2.5-0.5B");

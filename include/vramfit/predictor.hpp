@@ -235,7 +235,8 @@ private:
 /// The standard terms under one stack profile.
 /// @tparam P the stack profile
 template <StackProfile P>
-using StackPredictor = Predictor<ParameterTerm<P>, ActivationTerm<P>, LogitsTerm<P>, WorkspaceTerm<P>>;
+using StackPredictor =
+    Predictor<ParameterTerm<P>, ActivationTerm<P>, LogitsTerm<P>, WorkspaceTerm<P>, AllocatorSlackTerm<P>>;
 
 /// HF transformers + PEFT (profiles::HfPeft).
 using HfPeftPredictor = StackPredictor<profiles::HfPeft>;

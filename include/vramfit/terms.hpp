@@ -57,12 +57,31 @@ struct InputGroup {
   bool saved_elsewhere; // the input is already saved by another op (SDPA saves its output)
 };
 
+/// The tensors one decoder layer saves for backward, each as bytes per token.
+struct SavedTensors {
+  std::uint64_t per_token[40]{};
+  std::size_t count = 0;
+  constexpr void add(std::uint64_t bytes) { per_token[count++] = bytes; }
+  [[nodiscard]] constexpr std::uint64_t total() const {
+    std::uint64_t n = 0;
+    for (std::size_t k = 0; k < count; ++k) n += per_token[k];
+    return n;
+  }
+  /// How many of them, at `tokens` tokens, are blocks of at least 1 MiB (the allocator's large pool).
+  [[nodiscard]] constexpr std::uint64_t large_blocks(std::uint64_t tokens) const {
+    std::uint64_t n = 0;
+    for (std::size_t k = 0; k < count; ++k)
+      if (per_token[k] >= (1ULL << 20) || tokens >= ((1ULL << 20) + per_token[k] - 1) / per_token[k]) ++n;
+    return n;
+  }
+};
+
 /**
- * Per-token bytes one decoder layer saves for backward, without checkpointing. Counted from the
+ * The tensors one decoder layer saves for backward, without checkpointing. Counted from the
  * tensors autograd keeps (a matmul saves an operand only when the other operand needs a grad):
- * - two RMSNorms (`norm_saved_per_token`);
- * - attention (flash / memory-efficient SDPA): q (e x q), k and v (e x kv each), the output
- *   (e x q) and the fp32 log-sum-exp per head (4 x H);
+ * - two RMSNorms (`norm_saved_per_token`: fp32 copy and rsqrt, or input and rstd);
+ * - attention (fused SDPA kernels: flash, cuDNN, memory-efficient): q (e x q), k and v (e x kv
+ *   each), the output (e x q) and the fp32 log-sum-exp per head (4 x H);
  * - MLP: gated: gate output (saved by SiLU), SiLU output and up output (saved by the product):
  *   3 e x i; not gated: the up output (saved by the activation): e x i;
  * - projection inputs: a trainable base weight saves its input (once per distinct input); an
@@ -70,14 +89,28 @@ struct InputGroup {
  *   (PEFT casts per module), else the shared input once; plus lora_A's output (a x r).
  */
 template <StackProfile P>
-constexpr std::uint64_t layer_saved_per_token(const ModelShape& m, const Step& s) {
+constexpr SavedTensors layer_saved_tensors(const ModelShape& m, const Step& s) {
   const std::uint64_t e = element_bytes(s.precision);
   const std::uint64_t a = adapter_element_bytes<P>(s);
   const bool casts = a != e;
   const bool full = s.mode == Mode::full;
-  std::uint64_t n = 2 * norm_saved_per_token<P>(m, s);
-  n += e * (m.q_width() + 2 * m.kv_width()) + e * m.q_width() + 4 * m.heads;
-  n += m.gated_mlp ? 3 * e * m.intermediate : e * m.intermediate;
+  SavedTensors t;
+  for (int norm = 0; norm < 2; ++norm) {
+    if constexpr (P::norm == NormSaves::fp32_upcast) {
+      t.add(4 * m.hidden);
+      t.add(4);
+      if (full) t.add(e * m.hidden);
+    } else {
+      t.add(e * m.hidden);
+      t.add(4);
+    }
+  }
+  t.add(e * m.q_width());
+  t.add(e * m.kv_width());
+  t.add(e * m.kv_width());
+  t.add(e * m.q_width());
+  t.add(4 * m.heads);
+  for (int k = 0; k < (m.gated_mlp ? 3 : 1); ++k) t.add(e * m.intermediate);
 
   const InputGroup groups[] = {
       {{Module::q_proj, Module::k_proj, Module::v_proj}, 3, m.hidden, false},
@@ -88,22 +121,28 @@ constexpr std::uint64_t layer_saved_per_token(const ModelShape& m, const Step& s
   for (const auto& g : groups) {
     bool input_saved = g.saved_elsewhere;
     if (full && !input_saved) {
-      n += e * g.width;
+      t.add(e * g.width);
       input_saved = true;
     }
     for (int k = 0; k < g.count; ++k) {
       const Module mod = g.modules[k];
       if (!m.has(mod) || !s.adapted(mod)) continue;
       if (casts) {
-        n += a * g.width;
+        t.add(a * g.width);
       } else if (!input_saved) {
-        n += e * g.width;
+        t.add(e * g.width);
         input_saved = true;
       }
-      n += a * s.lora.rank;
+      t.add(a * s.lora.rank);
     }
   }
-  return n;
+  return t;
+}
+
+/// Per-token bytes one decoder layer saves for backward, without checkpointing.
+template <StackProfile P>
+constexpr std::uint64_t layer_saved_per_token(const ModelShape& m, const Step& s) {
+  return layer_saved_tensors<P>(m, s).total();
 }
 
 /**
@@ -138,8 +177,8 @@ constexpr Bytes score_elements(const ModelShape& m, const Step& s) {
  * With gradient checkpointing (non-reentrant) each layer keeps only its input (e x h per token)
  * and the backward recomputes one layer at a time, which then holds that layer's saved set plus
  * its backward transients. The math attention backend adds the fp32 (seq x seq) probabilities per
- * head (saved) and two more score-sized buffers in its backward (the grad of the probabilities
- * and of the scores); flash and memory-efficient kernels are linear in sequence.
+ * head (saved, 4 B per score) and 12 B per score more at its backward's peak (measured: 16.1 to
+ * 16.2 B per score in all); flash, cuDNN and memory-efficient kernels are linear in sequence.
  * @tparam P the stack profile
  */
 template <StackProfile P>
@@ -155,7 +194,9 @@ struct ActivationTerm {
     Bytes transient = bytes_of(detail::layer_backward_transient_per_token<P>(m, s), {T});
     if (s.attention == Attention::math) {
       layer += detail::score_elements(m, s) * 4;
-      transient += detail::score_elements(m, s) * 8;
+      // Measured (tests/data/instruments.jsonl, one head, seq 1024 to 8192): 16.1 to 16.2 B per
+      // score through the backward: 4 saved, 12 more at the backward's peak.
+      transient += detail::score_elements(m, s) * 12;
     }
     // Final norm, plus lm_head's input when lm_head trains.
     const Bytes head = bytes_of(detail::norm_saved_per_token<P>(m, s) + (full ? e * m.hidden : 0), {T});
@@ -279,6 +320,85 @@ struct ParameterTerm {
     out[Phase::backward_top] = persistent + top_grads;
     out[Phase::backward_bottom] = persistent + trainable + tied_extra;
     out[Phase::optimizer_step] = weights + (full ? Bytes{} : adapters) + trainable + moments + temporaries;
+    return out;
+  }
+};
+
+namespace detail {
+/**
+ * Bytes the CUDA caching allocator counts as allocated for a tensor of `bytes`, beyond `bytes`,
+ * when it gets its block the way a steady training step does (c10/cuda/CUDACachingAllocator.cpp):
+ * every size rounds up to 512 B; a request under 1 MiB comes from the small pool and its block is
+ * split exactly; a request under 10 MiB is cut from a 20 MiB segment, and when what would remain
+ * after the last tensor of that size fits is 1 MiB or less it is not split off but handed over
+ * (shared here over the tensors of the segment); a request of 10 MiB or more gets a segment
+ * rounded up to 2 MiB, whose remainder is kept in the block when it is 1 MiB or less
+ * (`should_split`: a large block splits only when more than kSmallSize = 1 MiB remains).
+ */
+constexpr std::uint64_t block_slack(std::uint64_t bytes) {
+  constexpr std::uint64_t mib = 1ULL << 20;
+  const std::uint64_t rounded = (bytes + 511) / 512 * 512;
+  std::uint64_t slack = rounded - bytes;
+  if (rounded < mib) return slack;
+  if (rounded < 10 * mib) {
+    const std::uint64_t per_segment = (20 * mib) / rounded;
+    const std::uint64_t rest = 20 * mib - per_segment * rounded;
+    return slack + (rest <= mib ? (rest + per_segment - 1) / per_segment : 0);
+  }
+  const std::uint64_t rest = (rounded + 2 * mib - 1) / (2 * mib) * (2 * mib) - rounded;
+  return slack + (rest <= mib ? rest : 0);
+}
+}  // namespace detail
+
+/**
+ * The caching allocator's slack: what it counts as allocated beyond what the live tensors asked
+ * for (`detail::block_slack` per tensor). Measured on the H200 (torch 2.11) as allocated minus
+ * requested bytes at the peak of 176 HF steps: up to 184 MB, largest where the MLP's tensors
+ * leave exactly 1 MiB of a 2 MiB-rounded segment (Qwen2.5-0.5B at seq 2048: 19,922,944 B tensors,
+ * 1 MiB each), near 0 where sizes are multiples of 2 MiB. Charged per live tensor: the saved
+ * activations (all layers, or the checkpointed inputs and one recomputed layer), the loss's
+ * buffers, and in full fine-tuning the grads.
+ * @tparam P the stack profile
+ */
+template <StackProfile P>
+struct AllocatorSlackTerm {
+  static constexpr std::string_view name = "allocator slack";
+  using profile = P;
+
+  constexpr PhaseBytes operator()(const ModelShape& m, const Step& s) const {
+    using detail::block_slack;
+    using detail::checked_mul;
+    const std::uint64_t T = s.tokens();
+    const std::uint64_t e = element_bytes(s.precision);
+    const detail::SavedTensors saved = detail::layer_saved_tensors<P>(m, s);
+    std::uint64_t layer = 0;
+    for (std::size_t k = 0; k < saved.count; ++k) layer += block_slack(checked_mul(saved.per_token[k], T));
+    const std::uint64_t input = block_slack(checked_mul(e * m.hidden, T));
+    const std::uint64_t top = s.gradient_checkpointing ? input * m.layers + layer : layer * m.layers;
+    const std::uint64_t bottom = s.gradient_checkpointing ? input + layer : layer;
+    // The loss's buffers (logits, fp32 copy, log-softmax, its grads) and the final norm's input.
+    const std::uint64_t elements = checked_mul(T, m.vocab);
+    const std::uint64_t loss = block_slack(checked_mul(e, elements)) + 3 * block_slack(checked_mul(4, elements)) +
+                               2 * input;
+    // Full fine-tuning: the grads, one per weight.
+    std::uint64_t layer_grads = 0;
+    for (Module mod : all_modules)
+      if (m.has(mod)) layer_grads += block_slack(checked_mul(e, checked_mul(m.dims(mod).in, m.dims(mod).out)));
+    const std::uint64_t head_grads = block_slack(checked_mul(e, m.embedding_parameters())) * (m.tied_embeddings ? 1 : 2);
+    const bool full = s.mode == Mode::full;
+    const std::uint64_t grads_top = full ? layer_grads + head_grads : 0;
+    const std::uint64_t grads_all = full ? checked_mul(layer_grads, m.layers) + head_grads : 0;
+    // The weights themselves (the same rule; they live through every phase), and in full
+    // fine-tuning AdamW's two moments of each from the first step on.
+    const std::uint64_t weights = checked_mul(layer_grads, m.layers) + head_grads;
+    const std::uint64_t moments = (full && s.peak_over == PeakOver::steady) ? 2 * weights : 0;
+
+    PhaseBytes out;
+    out[Phase::forward] = Bytes(weights + moments + top + loss);
+    out[Phase::loss_backward] = Bytes(weights + moments + top + loss);
+    out[Phase::backward_top] = Bytes(weights + moments + top + grads_top);
+    out[Phase::backward_bottom] = Bytes(weights + moments + bottom + grads_all);
+    out[Phase::optimizer_step] = Bytes(weights + (full ? 2 * weights : 0) + grads_all);
     return out;
   }
 };

@@ -62,7 +62,7 @@ static_assert(!p.fits(Budget(p.required - 1_B)));
 static_assert(p.peak < p.required);
 static_assert(p.phase == Phase::loss_backward);  // LoRA, 8192 tokens x 49152 vocab
 static_assert(p.phases[p.phase] == p.peak);
-static_assert(p.term_count == 4);
+static_assert(p.term_count == 5);  // parameters, activations, logits, workspace, allocator slack
 static_assert(p.terms[2].name == "logits");
 static_assert(p.stack == "hf-peft");
 // The logits term at the loss backward: 8192 tokens x 49152 vocab x 12 B.
