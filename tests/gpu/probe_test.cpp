@@ -130,13 +130,30 @@ TEST_CASE("the reference step forces the attention backend it is asked for") {
   const Bytes base = settle(meter);
   const std::pair<Attention, const char*> arms[] = {
       {Attention::flash, "flash"}, {Attention::mem_efficient, "mem-efficient"}, {Attention::math, "math"}};
+  // Multi-head shape (kv_heads == heads): every backend takes it.
+  ModelShape mha = tiny_model();
+  mha.kv_heads = mha.heads;
   for (const auto& [attention, name] : arms) {
     Step step = tiny_step(Mode::lora, false);
     step.attention = attention;
     {
+      vp::ReferenceModel reference(mha, step);
+      reference.run_step();
+      CHECK(reference.attention_backend() == name);
+    }
+    CHECK(settle(meter).count() == base.count());
+  }
+  // Grouped-query attention: a kernel that refuses it is a clear InvalidInput, never a crash.
+  for (const auto& [attention, name] : arms) {
+    Step step = tiny_step(Mode::lora, false);
+    step.attention = attention;
+    CAPTURE(name);
+    try {
       vp::ReferenceModel reference(tiny_model(), step);
       reference.run_step();
       CHECK(reference.attention_backend() == name);
+    } catch (const InvalidInput& e) {
+      CHECK(e.field() == "attention");
     }
     CHECK(settle(meter).count() == base.count());
   }

@@ -729,8 +729,12 @@ def _phase_begin():
 def _phase_end(begin):
     torch.cuda.synchronize()
     before, t0 = begin
+    stats = torch.cuda.memory_stats()
+    # requested_bytes: the sizes the tensors asked for, before the allocator's 512 B rounding and
+    # before a reused block that is not split hands its whole size over; peak minus this is slack.
     return {"before": before, "peak": int(torch.cuda.max_memory_allocated()), "after": alloc(),
             "reserved_peak": int(torch.cuda.max_memory_reserved()),
+            "requested_peak": int(stats.get("requested_bytes.all.peak", -1)),
             "seconds": round(time.time() - t0, 4)}
 
 

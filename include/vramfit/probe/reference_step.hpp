@@ -596,8 +596,19 @@ inline torch::Tensor ReferenceModel::layer_forward(const torch::Tensor& x, std::
   q = q * cos_ + rotate_half(q) * sin_;
   k = k * cos_ + rotate_half(k) * sin_;
   const bool gqa = kv_heads_ != heads_;
-  if (index == 0)
-    attention_backend_ = sdp_backend_name(at::_fused_sdp_choice(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa));
+  if (index == 0) {
+    // Under forced flags SDPA throws "Invalid backend" when the one enabled kernel does not take
+    // these inputs (torch 2.11's memory-efficient kernel refuses grouped-query attention): say so.
+    try {
+      attention_backend_ =
+          sdp_backend_name(at::_fused_sdp_choice(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa));
+    } catch (const c10::Error& e) {
+      throw InvalidInput("attention", std::string("no ") + std::string(to_string(step_.attention)) +
+                                          " attention kernel takes these inputs on this stack" +
+                                          (gqa ? " (grouped-query attention: kv_heads < heads)" : "") + ": " +
+                                          e.what_without_backtrace());
+    }
+  }
   torch::Tensor a = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                                      /*scale=*/std::nullopt, /*enable_gqa=*/gqa);
   q = torch::Tensor();

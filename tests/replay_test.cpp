@@ -1,0 +1,81 @@
+// Replays the steps measured on an H200 (tests/data/*.jsonl, each row with its stack record)
+// against the predictors, so an accuracy regression fails CI on a machine without a GPU.
+//
+// What the data supports, and so what is asserted:
+// - a fit decision is safe: `required` (peak plus the allocator margin) is at or above the real
+//   allocated peak of every measured step, first and steady state;
+// - max-batch under an allocator cap is the real largest batch or one below it, never above;
+// - the predicted peak stays within the measured envelope (a guard against regressions):
+//   hf-peft 0.975 to 1.015, libtorch 0.965 to 1.13 (its first step over-predicts by up to 12%).
+// The project's target band for the peak itself, [1.00, 1.03] for hf-peft and [1.00, 1.02] for
+// libtorch with none under 1.00, is NOT met yet: the caching allocator's block slack beyond what
+// AllocatorSlackTerm prices leaves short sequences up to 2.2% (hf-peft) and 3.2% (libtorch) under.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "vramfit/predictor.hpp"
+#include "vramfit/replay.hpp"
+
+namespace {
+
+using namespace vramfit;
+
+struct Envelope {
+  double low;
+  double high;
+};
+
+Measurements load(const char* file, const char* stack) {
+  return load_measurements(std::string(VRAMFIT_TEST_DATA_DIR) + "/" + file, stack);
+}
+
+template <class Predictor>
+void replay_steps(const Measurements& data, const Predictor& predictor, Envelope envelope, std::size_t minimum_rows) {
+  REQUIRE(data.steps.size() >= minimum_rows);  // the data is there: a missing or empty file fails
+  double lowest = 1e9, highest = 0;
+  for (const MeasuredStep& m : data.steps) {
+    for (PeakOver over : {PeakOver::first_step, PeakOver::steady}) {
+      Step s = m.step;
+      s.peak_over = over;
+      const Prediction p = predictor.predict(m.shape, s);
+      const double real = static_cast<double>(m.real(over).count());
+      const double ratio = static_cast<double>(p.peak.count()) / real;
+      lowest = std::min(lowest, ratio);
+      highest = std::max(highest, ratio);
+      CAPTURE(m.line);
+      CAPTURE(m.model);
+      CAPTURE(to_string(over));
+      CAPTURE(ratio);
+      CHECK(p.required >= m.real(over));  // "fits" never admits a step whose real peak is larger
+      CHECK(ratio >= envelope.low);
+      CHECK(ratio <= envelope.high);
+    }
+  }
+  MESSAGE("pred/real over " << data.steps.size() << " steps (first and steady): " << lowest << " .. " << highest);
+}
+
+}  // namespace
+
+TEST_CASE("hf-peft: measured HF transformers + PEFT steps (H200, torch 2.11, transformers 5.17, peft 0.21)") {
+  replay_steps(load("hf_steps.jsonl", "hf-peft"), HfPeftPredictor{}, {0.975, 1.015}, 170);
+}
+
+TEST_CASE("hf-peft: max-batch under an allocator cap is the real largest batch or one below it") {
+  const Measurements data = load("hf_steps.jsonl", "hf-peft");
+  REQUIRE(data.max_batches.size() >= 4);
+  for (const MeasuredMaxBatch& m : data.max_batches) {
+    const std::uint64_t predicted = HfPeftPredictor{}.max_batch(m.shape, m.step, Budget(m.cap));
+    CAPTURE(m.line);
+    CAPTURE(m.model);
+    CAPTURE(m.max_batch);
+    CAPTURE(predicted);
+    CHECK(predicted <= m.max_batch);
+    CHECK(predicted + 1 >= m.max_batch);
+  }
+}
+
+TEST_CASE("libtorch: measured reference steps of the Probe (H200, LibTorch 2.11)") {
+  replay_steps(load("libtorch_steps.jsonl", "libtorch"), LibTorchPredictor{}, {0.965, 1.13}, 100);
+}
