@@ -3,6 +3,7 @@
 /// `Predictor<Terms...>` adds cost terms phase by phase and reports the largest phase, its name
 /// and the breakdown by term; `fits`, `max_batch` and `max_seq` answer against a `Budget`.
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -162,16 +163,45 @@ public:
       const std::uint64_t k = at2 - at1, c = at1 - k;
       if (k != 0 && (peak_room - c) / k < candidate) candidate = (peak_room - c) / k;
     }
-    // Confirm with at most two more evaluations: the candidate fits and the next does not. A term
-    // that is not affine in batch can fail the check; bisection answers then.
+    // Confirm: the candidate fits and the next does not (two evaluations). A term that is not
+    // quite affine in batch (the allocator's slack) moves the answer a little: search outward
+    // from the candidate in doubling steps, then bisect the small bracket that gives.
     const auto fits_at = [&](std::uint64_t b) {
       if (b == 1) return one.fits(budget);
       if (b == 2) return two.fits(budget);
       step.batch = b;
       return fits_unchecked(model, step, budget);
     };
-    if (candidate >= 1 && fits_at(candidate) && (candidate == limit || !fits_at(candidate + 1))) return candidate;
-    return bisect(model, step, budget, &Step::batch, 1, limit);
+    if (candidate < 1) candidate = 1;
+    std::uint64_t fit = 1, miss = limit + 1;  // invariant: `fit` fits, `miss` does not (limit + 1: unknown)
+    if (fits_at(candidate)) {
+      fit = candidate;
+      for (std::uint64_t stride = 1; fit < limit; stride *= 2) {
+        const std::uint64_t probe = std::min(limit, fit + stride);
+        if (!fits_at(probe)) {
+          miss = probe;
+          break;
+        }
+        fit = probe;
+      }
+      if (miss > limit) return fit;
+    } else {
+      miss = candidate;
+      for (std::uint64_t stride = 1;; stride *= 2) {
+        if (miss <= stride + 1) break;  // batch 1 fits: the bracket is [1, miss)
+        const std::uint64_t probe = miss - stride;
+        if (fits_at(probe)) {
+          fit = probe;
+          break;
+        }
+        miss = probe;
+      }
+    }
+    while (miss - fit > 1) {
+      const std::uint64_t mid = fit + (miss - fit) / 2;
+      (fits_at(mid) ? fit : miss) = mid;
+    }
+    return fit;
   }
 
   /// The largest sequence length whose step fits (0 when seq 1 does not), by bisection over the
