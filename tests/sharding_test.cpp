@@ -11,6 +11,8 @@
 //          down 64 x 160, two norms 64 x 1; LoRA r=4 on q: A 4 x 64, B 64 x 4; on v: A 4 x 64, B 32 x 4
 #include <doctest/doctest.h>
 
+#include "support.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <functional>
@@ -29,6 +31,8 @@
 #include "vramfit/terms.hpp"
 
 using namespace vramfit;
+using vramfit::test::check_phases;
+using vramfit::test::field_of;
 
 namespace {
 
@@ -53,24 +57,7 @@ constexpr Step with(Step s, std::uint64_t world_size, Sharding sharding, std::ui
   return s;
 }
 
-void check_phases(const PhaseBytes& got, std::uint64_t forward, std::uint64_t loss_backward, std::uint64_t backward_top,
-                  std::uint64_t backward_bottom, std::uint64_t optimizer_step) {
-  CHECK(got[Phase::forward].count() == forward);
-  CHECK(got[Phase::loss_backward].count() == loss_backward);
-  CHECK(got[Phase::backward_top].count() == backward_top);
-  CHECK(got[Phase::backward_bottom].count() == backward_bottom);
-  CHECK(got[Phase::optimizer_step].count() == optimizer_step);
-}
 
-/// The field an `InvalidInput` thrown by `f` names, or "<no error>".
-std::string field_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InvalidInput& e) {
-    return e.field();
-  }
-  return "<no error>";
-}
 
 }  // namespace
 

@@ -1,6 +1,8 @@
 // Step: the words users type (parse_*), LoRA targets, and validation of a step against a model.
 #include <doctest/doctest.h>
 
+#include "support.hpp"
+
 #include <functional>
 #include <string>
 
@@ -9,20 +11,13 @@
 #include "vramfit/step.hpp"
 
 using namespace vramfit;
+using vramfit::test::check_phases;
+using vramfit::test::field_of;
 
 namespace {
 
 constexpr ModelShape small{.vocab = 1000, .hidden = 64, .intermediate = 160, .layers = 3, .heads = 4, .kv_heads = 2};
 
-/// The field an `InvalidInput` thrown by `f` names, or "<no error>".
-std::string field_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InvalidInput& e) {
-    return e.field();
-  }
-  return "<no error>";
-}
 
 std::string invalid_field(const Step& s, const ModelShape& m = small) {
   return field_of([&] { validate(s, m); });

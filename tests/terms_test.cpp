@@ -7,6 +7,8 @@
 // LoRA rank 4 on q_proj and v_proj unless a case says otherwise.
 #include <doctest/doctest.h>
 
+#include "support.hpp"
+
 #include <cstdint>
 
 #include "vramfit/model.hpp"
@@ -17,6 +19,8 @@
 #include "vramfit/terms.hpp"
 
 using namespace vramfit;
+using vramfit::test::check_phases;
+using vramfit::test::field_of;
 
 namespace {
 
@@ -27,15 +31,6 @@ constexpr std::uint64_t T = 16;
 using HfPeft = profiles::HfPeft;
 using LibTorch = profiles::LibTorch;
 
-/// Checks every phase of `got` against the five expected figures.
-void check_phases(const PhaseBytes& got, std::uint64_t forward, std::uint64_t loss_backward, std::uint64_t backward_top,
-                  std::uint64_t backward_bottom, std::uint64_t optimizer_step) {
-  CHECK(got[Phase::forward].count() == forward);
-  CHECK(got[Phase::loss_backward].count() == loss_backward);
-  CHECK(got[Phase::backward_top].count() == backward_top);
-  CHECK(got[Phase::backward_bottom].count() == backward_bottom);
-  CHECK(got[Phase::optimizer_step].count() == optimizer_step);
-}
 
 // Parameters of the shape: per layer q 64x64 + k 64x32 + v 64x32 + o 64x64 + 3 x 64x160 + 2 norms x 64.
 constexpr std::uint64_t layer_params = 4096 + 2048 + 2048 + 4096 + 3 * 10240 + 2 * 64;  // 43136
