@@ -1,6 +1,8 @@
 // ModelShape: derived counts, presets against published parameter totals, validation.
 #include <doctest/doctest.h>
 
+#include "support.hpp"
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -9,6 +11,8 @@
 #include "vramfit/model.hpp"
 #include "vramfit/presets.hpp"
 
+using vramfit::test::small;
+
 using vramfit::InvalidInput;
 using vramfit::Module;
 using vramfit::ModelShape;
@@ -16,7 +20,6 @@ using vramfit::ModelShape;
 namespace {
 
 /// A small made-up GQA shape: h 64, i 160, 3 layers, 4 heads of 16, 2 kv heads, vocab 1000.
-constexpr ModelShape small{.vocab = 1000, .hidden = 64, .intermediate = 160, .layers = 3, .heads = 4, .kv_heads = 2};
 
 /// The field `validate` names for this shape, or "<valid>".
 std::string invalid_field(const ModelShape& m) {

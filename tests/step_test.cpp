@@ -11,12 +11,11 @@
 #include "vramfit/step.hpp"
 
 using namespace vramfit;
-using vramfit::test::check_phases;
 using vramfit::test::field_of;
+using vramfit::test::small;
 
 namespace {
 
-constexpr ModelShape small{.vocab = 1000, .hidden = 64, .intermediate = 160, .layers = 3, .heads = 4, .kv_heads = 2};
 
 
 std::string invalid_field(const Step& s, const ModelShape& m = small) {

@@ -7,9 +7,18 @@
 #include <string>
 
 #include "vramfit/error.hpp"
+#include "vramfit/model.hpp"
 #include "vramfit/phase.hpp"
+#include "vramfit/step.hpp"
 
 namespace vramfit::test {
+
+/// The small made-up shape the hand-priced tests work out by hand: V 1000, h 64, i 160, 3 layers,
+/// 4 heads (2 key/value), head_dim 16, untied.
+inline constexpr ModelShape small{.vocab = 1000, .hidden = 64, .intermediate = 160, .layers = 3, .heads = 4,
+                                  .kv_heads = 2};
+/// LoRA r=4 on PEFT's default q_proj, v_proj over 2 x 8 tokens of `small`.
+inline constexpr Step lora_qv{.batch = 2, .seq = 8, .lora = {.rank = 4, .targets = TargetSet::peft_default()}};
 
 /// The field an `InvalidInput` thrown by `f` names, or "<no error>".
 inline std::string field_of(const std::function<void()>& f) {

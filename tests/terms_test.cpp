@@ -20,12 +20,11 @@
 
 using namespace vramfit;
 using vramfit::test::check_phases;
-using vramfit::test::field_of;
+using vramfit::test::small;
+using vramfit::test::lora_qv;
 
 namespace {
 
-constexpr ModelShape small{.vocab = 1000, .hidden = 64, .intermediate = 160, .layers = 3, .heads = 4, .kv_heads = 2};
-constexpr Step lora_qv{.batch = 2, .seq = 8, .lora = {.rank = 4, .targets = TargetSet::peft_default()}};
 constexpr std::uint64_t T = 16;
 
 using HfPeft = profiles::HfPeft;
