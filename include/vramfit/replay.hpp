@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "vramfit/allocator.hpp"
 #include "vramfit/bytes.hpp"
 #include "vramfit/error.hpp"
 #include "vramfit/model.hpp"
@@ -160,6 +161,82 @@ inline Measurements load_measurements(const std::filesystem::path& path, const s
   std::ifstream in(path);
   if (!in) throw InvalidInput("measurements", "cannot open '" + path.string() + "'");
   return parse_measurements(in, path.filename().string(), default_stack);
+}
+
+
+/// A caching-allocator trace (tests/validation/trace_capture.py): every request and free of a
+/// real run, in order, with the peaks the allocator reported.
+struct AllocatorTrace {
+  std::string model;                  ///< the arm's model, as recorded
+  Bytes baseline;                     ///< allocated before recording began (outside the events)
+  Bytes peak_allocated;               ///< the run's measured peak of allocated bytes, baseline included
+  Bytes peak_requested;               ///< the same for requested bytes
+  /// n > 0: a request of n bytes; -k: frees the k-th request (1-based, in request order).
+  std::vector<std::int64_t> events;
+};
+
+/// What replaying a trace through `CachingAllocatorModel` gives, baseline included.
+struct TraceReplay {
+  Bytes peak_allocated;
+  Bytes peak_requested;
+  Bytes reserved;                     ///< segments opened during the trace (baseline's not counted)
+  std::size_t segments = 0;
+};
+
+/// Reads the "trace" row of a trace file; throws `InvalidInput` naming the line and field.
+inline AllocatorTrace load_trace(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw InvalidInput("trace", "cannot open '" + path.string() + "'");
+  std::string text;
+  std::size_t line = 0;
+  while (std::getline(in, text)) {
+    ++line;
+    const std::string where = path.filename().string() + ":" + std::to_string(line);
+    nlohmann::json row;
+    try {
+      row = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw InvalidInput(where, std::string("not JSON: ") + e.what());
+    }
+    if (!row.is_object() || row.value("kind", std::string()) != "trace") continue;
+    AllocatorTrace t;
+    if (const auto arm = row.find("arm"); arm != row.end() && arm->is_object())
+      t.model = arm->value("model", std::string("custom"));
+    t.baseline = Bytes(detail::require_count(row, "baseline", where));
+    t.peak_allocated = Bytes(detail::require_count(row, "peak_allocated", where));
+    t.peak_requested = Bytes(detail::require_count(row, "peak_requested", where));
+    const auto& events = detail::require(row, "events", where);
+    if (!events.is_array()) throw InvalidInput(where + ": events", "must be an array of integers");
+    t.events.reserve(events.size());
+    std::vector<bool> freed;  // per request: a request is freed at most once
+    for (const auto& e : events) {
+      if (!e.is_number_integer()) throw InvalidInput(where + ": events", "must be an array of integers");
+      const auto v = e.get<std::int64_t>();
+      if (v == 0 || (v < 0 && (-v > static_cast<std::int64_t>(freed.size()) || freed[static_cast<std::size_t>(-v - 1)])))
+        throw InvalidInput(where + ": events",
+                           "a free must name an earlier request not yet freed (got " + std::to_string(v) + ")");
+      if (v > 0) freed.push_back(false);
+      else freed[static_cast<std::size_t>(-v - 1)] = true;
+      t.events.push_back(v);
+    }
+    return t;
+  }
+  throw InvalidInput("trace", "'" + path.string() + "' has no row of kind \"trace\"");
+}
+
+/// Replays a trace's requests and frees through the allocator model.
+inline TraceReplay replay_trace(const AllocatorTrace& t) {
+  CachingAllocatorModel model;
+  std::vector<CachingAllocatorModel::Handle> handles;
+  handles.reserve(t.events.size());
+  for (const std::int64_t v : t.events) {
+    if (v > 0) {
+      handles.push_back(model.malloc(static_cast<std::uint64_t>(v)));
+    } else {
+      model.free(handles.at(static_cast<std::size_t>(-v - 1)));
+    }
+  }
+  return {t.baseline + model.peak_allocated(), t.baseline + model.peak_requested(), model.reserved(), model.segments()};
 }
 
 }  // namespace vramfit

@@ -1,0 +1,199 @@
+#pragma once
+/// @file allocator.hpp
+/// `CachingAllocatorModel`: the block logic of PyTorch's CUDA caching allocator, replayed on a
+/// sequence of requests. Given the sizes a step asks for, in order, it gives the allocated bytes
+/// the allocator reports (`torch.cuda.max_memory_allocated`), which exceed the requested bytes by
+/// the allocator's slack: 512-byte rounding, and the remainders of reused or fresh blocks that are
+/// too small to split off. Replayed on traces recorded on the H200 (tests/data/traces/), it gives
+/// the measured peak of allocated bytes to the byte; see tests/allocator_test.cpp.
+///
+/// Modelled from c10/cuda/CUDACachingAllocator.cpp (PyTorch 2.x), for one device and one stream
+/// under the default configuration (no max_split_size_mb, no roundup_power2_divisions, no
+/// expandable segments, no garbage-collection threshold):
+/// - `round_size`: every request rounds up to a multiple of 512 B (512 B at least);
+/// - a rounded size of 1 MiB or less is served from the small pool, larger ones from the large pool;
+/// - a request with no free block of its size or larger in its pool gets a new segment
+///   (`get_allocation_size`): 2 MiB for the small pool, 20 MiB below 10 MiB, else the size rounded
+///   up to 2 MiB;
+/// - a free block is chosen best-fit: the smallest free block of the pool at least as large, the
+///   lowest address among equals (the pool is ordered by size, then address);
+/// - the chosen block is split when what remains is at least 512 B (small pool) or more than
+///   1 MiB (large pool); otherwise the whole block is handed to the request and counted as
+///   allocated;
+/// - a freed block merges with free neighbours of its segment. Segments are never released (no
+///   `empty_cache`, no out-of-memory retry).
+/// New segments take ascending addresses (the order only breaks ties between equal free blocks).
+
+#include <cstddef>
+#include <cstdint>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "vramfit/bytes.hpp"
+#include "vramfit/error.hpp"
+
+namespace vramfit {
+
+/// The caching allocator's block logic, replayed on requests. Not thread-safe.
+class CachingAllocatorModel {
+ public:
+  /// Names one live allocation, from `malloc` until its `free`; after that it may name another.
+  using Handle = std::size_t;
+  /// The handle of a zero-byte request, which takes no block (freeing it does nothing).
+  static constexpr Handle null_handle = static_cast<Handle>(-1);
+
+  static constexpr std::uint64_t kMinBlockSize = 512;            // every size rounds up to this
+  static constexpr std::uint64_t kSmallSize = 1ULL << 20;        // largest small-pool request
+  static constexpr std::uint64_t kSmallBuffer = 2ULL << 20;      // small-pool segment
+  static constexpr std::uint64_t kLargeBuffer = 20ULL << 20;     // segment for requests under kMinLargeAlloc
+  static constexpr std::uint64_t kMinLargeAlloc = 10ULL << 20;
+  static constexpr std::uint64_t kRoundLarge = 2ULL << 20;       // larger segments round up to this
+
+  /// The size a request of `bytes` rounds up to.
+  static constexpr std::uint64_t round_size(std::uint64_t bytes) {
+    if (bytes < kMinBlockSize) return kMinBlockSize;
+    return detail::checked_add(bytes, kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
+  }
+  /// The size of the segment a request of `rounded` bytes opens when no free block fits it.
+  static constexpr std::uint64_t segment_size(std::uint64_t rounded) {
+    if (rounded <= kSmallSize) return kSmallBuffer;
+    if (rounded < kMinLargeAlloc) return kLargeBuffer;
+    return detail::checked_add(rounded, kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+  }
+
+  /// Serves a request of `bytes`; returns the handle to free it with.
+  Handle malloc(std::uint64_t bytes) {
+    if (bytes == 0) return null_handle;
+    const std::uint64_t size = round_size(bytes);
+    const bool small = size <= kSmallSize;
+    auto& pool = small ? small_ : large_;
+    Handle b;
+    if (auto it = pool.lower_bound(PoolEntry{size, 0, 0}); it != pool.end()) {
+      b = it->block;
+      pool.erase(it);
+    } else {
+      const std::uint64_t seg = segment_size(size);
+      b = make_block(next_address_, seg, small);
+      next_address_ = detail::checked_add(next_address_, seg);
+      reserved_ = detail::checked_add(reserved_, seg);
+      ++segments_;
+    }
+    Block& block = blocks_[b];
+    const std::uint64_t rest = block.size - size;
+    if (small ? rest >= kMinBlockSize : rest > kSmallSize) {
+      const Handle r = make_block(blocks_[b].address + size, rest, small);  // may reallocate blocks_
+      Block& head = blocks_[b];
+      Block& tail = blocks_[r];
+      tail.prev = b;
+      tail.next = head.next;
+      if (head.next != null_handle) blocks_[head.next].prev = r;
+      head.next = r;
+      head.size = size;
+      pool.insert(PoolEntry{tail.size, tail.address, r});
+    }
+    Block& used = blocks_[b];
+    used.allocated = true;
+    used.requested = bytes;
+    allocated_ = detail::checked_add(allocated_, used.size);
+    requested_ = detail::checked_add(requested_, bytes);
+    if (allocated_ > peak_allocated_) peak_allocated_ = allocated_;
+    if (requested_ > peak_requested_) peak_requested_ = requested_;
+    return b;
+  }
+
+  /// Frees the allocation `h` names; merges its block with free neighbours.
+  void free(Handle h) {
+    if (h == null_handle) return;
+    if (h >= blocks_.size() || !blocks_[h].allocated)
+      throw InvalidInput("allocator handle", "does not name a live allocation");
+    Block& block = blocks_[h];
+    allocated_ -= block.size;
+    requested_ -= block.requested;
+    block.allocated = false;
+    block.requested = 0;
+    Handle b = h;
+    if (const Handle p = blocks_[b].prev; p != null_handle && !blocks_[p].allocated) b = merge(p, b, b);
+    if (const Handle n = blocks_[b].next; n != null_handle && !blocks_[n].allocated) b = merge(b, n, b);
+    pool_of(blocks_[b]).insert(PoolEntry{blocks_[b].size, blocks_[b].address, b});
+  }
+
+  /// Bytes of the live allocations' blocks (what `memory_allocated` reports).
+  [[nodiscard]] Bytes allocated() const { return Bytes(allocated_); }
+  /// Bytes the live allocations asked for.
+  [[nodiscard]] Bytes requested() const { return Bytes(requested_); }
+  /// The largest `allocated()` since construction or `reset_peaks()`.
+  [[nodiscard]] Bytes peak_allocated() const { return Bytes(peak_allocated_); }
+  /// The largest `requested()` since construction or `reset_peaks()`.
+  [[nodiscard]] Bytes peak_requested() const { return Bytes(peak_requested_); }
+  /// Bytes of all segments opened (what `memory_reserved` reports; never released here).
+  [[nodiscard]] Bytes reserved() const { return Bytes(reserved_); }
+  [[nodiscard]] std::size_t segments() const { return segments_; }
+  /// The block size that allocation `h` holds (its request rounded, plus any remainder not split off).
+  [[nodiscard]] std::uint64_t block_size(Handle h) const { return h == null_handle ? 0 : blocks_.at(h).size; }
+  /// Starts the peaks again from the current values (`reset_peak_memory_stats`).
+  void reset_peaks() {
+    peak_allocated_ = allocated_;
+    peak_requested_ = requested_;
+  }
+
+ private:
+  struct Block {
+    std::uint64_t address = 0;
+    std::uint64_t size = 0;
+    std::uint64_t requested = 0;
+    Handle prev = null_handle;
+    Handle next = null_handle;
+    bool small = false;
+    bool allocated = false;
+  };
+  // A pool of free blocks, ordered by size, then address (c10's BlockComparatorSize).
+  struct PoolEntry {
+    std::uint64_t size = 0, address = 0;
+    Handle block = null_handle;
+    friend bool operator<(const PoolEntry& a, const PoolEntry& b) {
+      return a.size != b.size ? a.size < b.size : a.address < b.address;
+    }
+  };
+  using FreePool = std::set<PoolEntry>;
+
+  FreePool& pool_of(const Block& b) { return b.small ? small_ : large_; }
+
+  Handle make_block(std::uint64_t address, std::uint64_t size, bool small) {
+    Block b;
+    b.address = address;
+    b.size = size;
+    b.small = small;
+    if (!spare_.empty()) {
+      const Handle h = spare_.back();
+      spare_.pop_back();
+      blocks_[h] = b;
+      return h;
+    }
+    blocks_.push_back(b);
+    return blocks_.size() - 1;
+  }
+
+  // Merges two adjacent free blocks of one segment into `left`. The one of them that was already
+  // free sits in its pool and leaves it; the block being freed is in no pool yet.
+  Handle merge(Handle left, Handle right, Handle freed) {
+    Block& l = blocks_[left];
+    Block& r = blocks_[right];
+    const Block& pooled = left == freed ? r : l;
+    pool_of(pooled).erase(PoolEntry{pooled.size, pooled.address, null_handle});
+    l.size += r.size;
+    l.next = r.next;
+    if (r.next != null_handle) blocks_[r.next].prev = left;
+    spare_.push_back(right);
+    return left;
+  }
+
+  std::vector<Block> blocks_;
+  std::vector<Handle> spare_;
+  FreePool small_, large_;
+  std::uint64_t next_address_ = 1ULL << 32;
+  std::uint64_t allocated_ = 0, requested_ = 0, peak_allocated_ = 0, peak_requested_ = 0, reserved_ = 0;
+  std::size_t segments_ = 0;
+};
+
+}  // namespace vramfit

@@ -1,0 +1,138 @@
+// The caching allocator's block logic (vramfit/allocator.hpp): rules worked by hand from
+// c10/cuda/CUDACachingAllocator.cpp, then traces recorded on the H200 replayed to the byte.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "vramfit/allocator.hpp"
+#include "support.hpp"
+#ifdef VRAMFIT_HAS_JSON
+#include "vramfit/replay.hpp"
+#endif
+
+using namespace vramfit;
+using Model = CachingAllocatorModel;
+namespace {
+constexpr std::uint64_t MiB = 1ULL << 20;
+}
+
+TEST_CASE("sizes round up to 512 B and open segments by size class") {
+  CHECK(Model::round_size(1) == 512);
+  CHECK(Model::round_size(512) == 512);
+  CHECK(Model::round_size(513) == 1024);
+  CHECK(Model::segment_size(MiB) == 2 * MiB);            // small pool
+  CHECK(Model::segment_size(MiB + 512) == 20 * MiB);     // large, under 10 MiB
+  CHECK(Model::segment_size(10 * MiB - 512) == 20 * MiB);
+  CHECK(Model::segment_size(10 * MiB) == 10 * MiB);      // 10 MiB and up: rounded to 2 MiB
+  CHECK(Model::segment_size(11 * MiB) == 12 * MiB);
+}
+
+TEST_CASE("a small request is split exactly from a 2 MiB segment") {
+  Model m;
+  const auto a = m.malloc(1000);
+  CHECK(m.block_size(a) == 1024);
+  CHECK(m.allocated().count() == 1024);
+  CHECK(m.requested().count() == 1000);
+  CHECK(m.reserved().count() == 2 * MiB);
+  const auto b = m.malloc(MiB);  // fits the rest of the same segment
+  CHECK(m.segments() == 1);
+  CHECK(m.block_size(b) == MiB);
+  m.free(a);
+  m.free(b);
+  CHECK(m.allocated().count() == 0);
+  CHECK(m.peak_allocated().count() == MiB + 1024);
+}
+
+TEST_CASE("a large block keeps a remainder of 1 MiB or less") {
+  Model m;
+  // 11 MiB opens a 12 MiB segment; 1 MiB would remain: not split, all 12 MiB allocated.
+  const auto a = m.malloc(11 * MiB);
+  CHECK(m.block_size(a) == 12 * MiB);
+  m.free(a);
+  // 10.5 MiB in the cached 12 MiB block: 1.5 MiB remains, more than 1 MiB: split.
+  const auto b = m.malloc(10 * MiB + MiB / 2);
+  CHECK(m.block_size(b) == 10 * MiB + MiB / 2);
+  CHECK(m.segments() == 1);
+  // Nine 2 MiB tensors from one 20 MiB segment leave 2 MiB, which the tenth takes whole.
+  Model n;
+  for (int k = 0; k < 10; ++k) n.malloc(2 * MiB);
+  CHECK(n.segments() == 1);
+  // Two 9.5 MiB tensors in one 20 MiB segment: the second leaves 1 MiB, which it takes.
+  Model o;
+  const auto c = o.malloc(9 * MiB + MiB / 2);
+  const auto d = o.malloc(9 * MiB + MiB / 2);
+  CHECK(o.block_size(c) == 9 * MiB + MiB / 2);
+  CHECK(o.block_size(d) == 10 * MiB + MiB / 2);
+  CHECK(o.allocated().count() == 20 * MiB);
+  CHECK(o.requested().count() == 19 * MiB);
+}
+
+TEST_CASE("free blocks are chosen best-fit and merge with free neighbours") {
+  Model m;
+  const auto a = m.malloc(3 * MiB);
+  const auto fence1 = m.malloc(2 * MiB);
+  const auto b = m.malloc(5 * MiB);
+  const auto fence2 = m.malloc(2 * MiB);
+  CHECK(m.segments() == 1);  // 12 MiB of a 20 MiB segment; 8 MiB free after them
+  m.free(a);
+  m.free(b);
+  // Free: 3 MiB, 5 MiB, 8 MiB. 2.5 MiB takes the 3 MiB block whole (0.5 MiB would remain).
+  const auto c = m.malloc(2 * MiB + MiB / 2);
+  CHECK(m.block_size(c) == 3 * MiB);
+  m.free(c);
+  // Freeing the fences merges everything back into one 20 MiB block: 19.5 MiB takes it whole.
+  m.free(fence1);
+  m.free(fence2);
+  const auto d = m.malloc(19 * MiB + MiB / 2);
+  CHECK(m.block_size(d) == 20 * MiB);
+  CHECK(m.segments() == 1);
+  CHECK(m.peak_allocated().count() == 20 * MiB);
+}
+
+TEST_CASE("zero-byte requests take no block; a stale handle is an error") {
+  Model m;
+  const auto z = m.malloc(0);
+  CHECK(z == Model::null_handle);
+  CHECK(m.segments() == 0);
+  m.free(z);
+  const auto a = m.malloc(100);
+  m.free(a);
+  CHECK(test::field_of([&] { m.free(a); }) == "allocator handle");
+  CHECK(test::field_of([&] { m.free(12345); }) == "allocator handle");
+}
+
+#ifdef VRAMFIT_HAS_JSON
+// Traces recorded with tests/validation/trace_capture.py on the H200 (torch 2.11, transformers
+// 5.17, peft 0.21): the build and two training steps of HF + PEFT arms, every request and free.
+// Replayed through the model they give the allocator's measured peaks exactly, so the gap between
+// requested and allocated bytes is the block logic above and nothing else.
+TEST_CASE("recorded traces replay to the measured peaks, to the byte") {
+  for (const char* name : {"smollm2-135m-lora-r8-attn-s1024", "smollm2-135m-lora-r16-all-s1024",
+                           "qwen2.5-0.5b-lora-r8-attn-gc-s1024", "smollm2-135m-full-gc-s2048"}) {
+    CAPTURE(name);
+    const AllocatorTrace t = load_trace(std::string(VRAMFIT_TEST_DATA_DIR) + "/traces/" + name + ".jsonl");
+    REQUIRE(t.events.size() > 10000);
+    const TraceReplay r = replay_trace(t);
+    CHECK(r.peak_allocated == t.peak_allocated);
+    CHECK(r.peak_requested == t.peak_requested);
+    CHECK(r.peak_allocated > r.peak_requested);  // the slack the closed-form terms estimate
+  }
+}
+
+TEST_CASE("a malformed trace names the field") {
+  const auto bad = [](const std::string& text) {
+    const std::string path = (std::filesystem::temp_directory_path() / "vramfit-bad-trace.jsonl").string();
+    std::ofstream(path) << text;
+    return test::field_of([&] { (void)load_trace(path); });
+  };
+  CHECK(bad(R"({"kind":"trace","peak_allocated":1,"peak_requested":1,"events":[]})") ==
+        "vramfit-bad-trace.jsonl:1: baseline");
+  CHECK(bad(R"({"kind":"trace","baseline":0,"peak_allocated":1,"peak_requested":1,"events":[5,-2]})") ==
+        "vramfit-bad-trace.jsonl:1: events");
+  CHECK(bad(R"({"kind":"trace","baseline":0,"peak_allocated":1,"peak_requested":1,"events":[5,-1,-1]})") ==
+        "vramfit-bad-trace.jsonl:1: events");
+  CHECK(bad(R"({"kind":"stack"})") == "trace");
+}
+#endif
