@@ -49,8 +49,9 @@ inline constexpr std::array<CommandInfo, 7> commands = {{
     {Command::presets, "presets", "[--json]", "list the built-in models with their shapes and parameter counts"},
     {Command::probe, "probe", "(--model NAME | --config PATH) [--seq N,N,...] [--batch N,N,...] [flags]",
      "run the steps on a CUDA GPU and compare the real peaks with the predictions"},
-    {Command::replay, "replay", "--data FILE.jsonl [--stack hf-peft|libtorch] [--json]",
-     "predict every step measured in a file (tests/data/*.jsonl) and print predicted, real, pred/real, verdict"},
+    {Command::replay, "replay", "(--data FILE.jsonl [--stack hf-peft|libtorch] | --trace FILE.jsonl) [--json]",
+     "predict every step measured in a file (tests/data/*.jsonl) and print predicted, real, pred/real, verdict; "
+     "or replay an allocator trace (tests/data/traces/) through the caching-allocator model"},
 }};
 
 /// Whether this build has the LibTorch probe.
@@ -87,6 +88,7 @@ struct CliOptions {
   bool instruments = false;      ///< probe --instruments: loss bytes per element, SDPA backends, stack
   std::uint64_t repeats = 1;     ///< probe --repeats: runs of each step
   std::optional<std::filesystem::path> data;  ///< replay --data: a measurements file
+  std::optional<std::filesystem::path> trace; ///< replay --trace: an allocator trace
   bool stack_given = false;      ///< --stack was on the command line (replay: else each row's own)
   std::uint64_t world_size = 1;  ///< --world-size: data-parallel ranks
   ShardingChoice sharding{};     ///< --sharding: strategy, and the group size for hybrid
@@ -229,6 +231,10 @@ inline constexpr std::array flags = {
          }},
     Flag{"--data", "FILE", "a measurements file (JSON lines, as in tests/data/)", bit(Command::replay), "",
          [](CliOptions& o, std::string_view, std::string_view v) { o.data = std::filesystem::path(v); }},
+    Flag{"--trace", "FILE",
+         "an allocator trace (tests/validation/trace_capture.py writes them; tests/data/traces/ has some)",
+         bit(Command::replay), "",
+         [](CliOptions& o, std::string_view, std::string_view v) { o.trace = std::filesystem::path(v); }},
     Flag{"--phase", "first|steady",
          "the peak of the first step only (no optimizer state yet) or of every step (default steady)",
          detail::model_commands, "",
@@ -298,8 +304,13 @@ inline std::string command_list() {
 
 /// Checks that hold between flags, after all of them are read.
 inline void check_combinations(const CliOptions& o) {
-  if (o.command == Command::replay && !o.data)
-    throw InvalidInput("--data", "required by replay (a measurements file, e.g. tests/data/hf_steps.jsonl)");
+  if (o.command == Command::replay) {
+    if (o.data && o.trace) throw InvalidInput("--trace", "give either --data or --trace, not both");
+    if (!o.data && !o.trace)
+      throw InvalidInput("--data", "required by replay (a measurements file, e.g. tests/data/hf_steps.jsonl), "
+                                   "or give --trace FILE");
+    if (o.trace && o.stack_given) throw InvalidInput("--stack", "does not apply to --trace (a trace has no prediction)");
+  }
   if ((bit(o.command) & model_commands) == 0) return;
   if (o.model && o.config) throw InvalidInput("--config", "give either --model or --config, not both");
   if (!o.model && !o.config && !o.instruments)
@@ -485,7 +496,8 @@ inline std::string command_help(Command command) {
       out += "\nexit status: 0 success, 2 bad input, 3 not even 1 fits the budget\n";
       break;
     case Command::replay:
-      out += "\nexit status: 0 every prediction at or above the real peak, 2 bad input, 3 an under-prediction\n";
+      out += "\nexit status: 0 every prediction at or above the real peak (--trace: the model gives the measured\n"
+             "peaks exactly), 2 bad input, 3 an under-prediction (--trace: a peak differs)\n";
       break;
     case Command::presets:
     case Command::report:

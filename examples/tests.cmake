@@ -261,3 +261,13 @@ vramfit_cli_test(help.replay EXIT 0 ARGS replay --help MATCH "usage: vramfit rep
 vramfit_cli_error(replay_without_data --data replay)
 vramfit_cli_error(replay_missing_file measurements replay --data /nonexistent/steps.jsonl)
 vramfit_cli_error(replay_bad_stack --stack replay --data /nonexistent/steps.jsonl --stack tensorflow)
+# replay --trace: a recorded allocator trace through the caching-allocator model, exact to the byte.
+set(trace_dir ${CMAKE_CURRENT_SOURCE_DIR}/../tests/data/traces)
+vramfit_cli_test(replay_trace EXIT 0 ARGS replay --trace ${trace_dir}/smollm2-135m-lora-r16-all-s1024.jsonl
+  MATCH "measured +2.199 GB +2.148 GB +51.4 MB" "allocator model +2.199 GB +2.148 GB +51.4 MB" "exactly")
+vramfit_cli_test(replay_trace_json EXIT 0 ARGS replay --json --trace ${trace_dir}/qwen2.5-0.5b-lora-r8-attn-gc-s1024.jsonl
+  MATCH "\"peak_allocated_bytes\":2995068928,\"peak_requested_bytes\":2985238536,\"reserved" "\"exact\":true")
+vramfit_cli_error(replay_trace_and_data --trace replay --trace ${trace_dir}/x.jsonl --data /nonexistent/steps.jsonl)
+vramfit_cli_error(replay_trace_with_stack --stack replay --trace ${trace_dir}/x.jsonl --stack libtorch)
+vramfit_cli_error(replay_trace_missing_file trace replay --trace /nonexistent/trace.jsonl)
+vramfit_cli_error(replay_trace_not_a_trace trace replay --trace ${CMAKE_CURRENT_SOURCE_DIR}/../tests/data/hf_steps.jsonl)

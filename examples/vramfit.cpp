@@ -273,7 +273,10 @@ int run_sweep(const CliOptions& o) {
 /// `vramfit replay`: every measured step of a file against its stack's predictor (or --stack),
 /// as the record's table or JSON lines; exit 0 when every prediction is at or above the real peak,
 /// 3 when one is under.
+int run_replay_trace(const CliOptions& o);
+
 int run_replay(const CliOptions& o) {
+  if (o.trace) return run_replay_trace(o);
   const vramfit::Measurements data = vramfit::load_measurements(*o.data, "hf-peft");
   if (data.steps.empty())
     throw vramfit::InvalidInput("--data", "no measured steps in '" + o.data->string() + "'");
@@ -316,6 +319,44 @@ int run_replay(const CliOptions& o) {
   flush_table();
   if (!o.json && data.skipped != 0) fmt::print("({} rows of other kinds or with an error skipped)\n", data.skipped);
   return all_safe ? exit_success : exit_does_not_fit;
+}
+
+/// `vramfit replay --trace`: a recorded allocator trace through `CachingAllocatorModel`; exit 0 when
+/// the model gives the measured peak of allocated bytes exactly, 3 when it does not.
+int run_replay_trace(const CliOptions& o) {
+  const vramfit::AllocatorTrace t = vramfit::load_trace(*o.trace);
+  const vramfit::TraceReplay r = vramfit::replay_trace(t);
+  const bool exact = r.peak_allocated == t.peak_allocated && r.peak_requested == t.peak_requested;
+  std::size_t requests = 0;
+  for (const auto e : t.events) requests += e > 0 ? 1 : 0;
+  if (o.json) {
+    Json j;
+    j["model"] = t.model;
+    j["requests"] = requests;
+    j["baseline_bytes"] = t.baseline.count();
+    j["measured"] = {{"peak_allocated_bytes", t.peak_allocated.count()}, {"peak_requested_bytes", t.peak_requested.count()}};
+    j["model_replay"] = {{"peak_allocated_bytes", r.peak_allocated.count()},
+                         {"peak_requested_bytes", r.peak_requested.count()},
+                         {"reserved_bytes", r.reserved.count()},
+                         {"segments", r.segments}};
+    j["exact"] = exact;
+    fmt::print("{}\n", j.dump());
+    return exact ? exit_success : exit_does_not_fit;
+  }
+  using Align = vramfit::detail::TextTable::Align;
+  vramfit::detail::TextTable table({Align::left, Align::right, Align::right, Align::right});
+  table.add_row({"", "peak allocated", "peak requested", "slack"});
+  const auto slack = [](Bytes a, Bytes b) { return a >= b ? fmt::format("{}", a - b) : std::string("-"); };
+  table.add_row({"measured", fmt::format("{}", t.peak_allocated), fmt::format("{}", t.peak_requested),
+             slack(t.peak_allocated, t.peak_requested)});
+  table.add_row({"allocator model", fmt::format("{}", r.peak_allocated), fmt::format("{}", r.peak_requested),
+             slack(r.peak_allocated, r.peak_requested)});
+  fmt::print("{}: {} requests and their frees, {} allocated before the trace\n", t.model, requests,
+             fmt::format("{}", t.baseline));
+  fmt::print("{}", table.render());
+  fmt::print("{} segments opened, {} reserved; the model {}\n", r.segments, fmt::format("{}", r.reserved),
+             exact ? "gives the measured peaks exactly" : "DIFFERS from the measured peaks");
+  return exact ? exit_success : exit_does_not_fit;
 }
 
 int run_presets(const CliOptions& o) {
