@@ -91,6 +91,27 @@ TEST_CASE("free blocks are chosen best-fit and merge with free neighbours") {
   CHECK(m.peak_allocated().count() == 20 * MiB);
 }
 
+TEST_CASE("empty_cache releases the segments that hold nothing") {
+  Model m;
+  const auto a = m.malloc(3 * MiB);   // segment 1 (20 MiB)
+  const auto b = m.malloc(18 * MiB);  // segment 2 (18 MiB: the 17 MiB left in segment 1 is too small)
+  const auto c = m.malloc(4096);      // segment 3 (2 MiB, small pool)
+  CHECK(m.segments() == 3);
+  m.free(b);
+  m.free(c);
+  m.empty_cache();
+  CHECK(m.segments() == 1);
+  CHECK(m.reserved().count() == 20 * MiB);
+  const auto d = m.malloc(18 * MiB);  // opens a new segment: the old one is gone
+  CHECK(m.segments() == 2);
+  m.free(a);
+  m.free(d);
+  m.empty_cache();
+  CHECK(m.segments() == 0);
+  CHECK(m.reserved().count() == 0);
+  CHECK(m.peak_allocated().count() == 21 * MiB + 4096);
+}
+
 TEST_CASE("zero-byte requests take no block; a stale handle is an error") {
   Model m;
   const auto z = m.malloc(0);

@@ -20,8 +20,8 @@
 /// - the chosen block is split when what remains is at least 512 B (small pool) or more than
 ///   1 MiB (large pool); otherwise the whole block is handed to the request and counted as
 ///   allocated;
-/// - a freed block merges with free neighbours of its segment. Segments are never released (no
-///   `empty_cache`, no out-of-memory retry).
+/// - a freed block merges with free neighbours of its segment. Segments are released only by
+///   `empty_cache` (no out-of-memory retry is modelled).
 /// New segments take ascending addresses (the order only breaks ties between equal free blocks).
 
 #include <cstddef>
@@ -126,11 +126,27 @@ class CachingAllocatorModel {
   [[nodiscard]] Bytes peak_allocated() const { return Bytes(peak_allocated_); }
   /// The largest `requested()` since construction or `reset_peaks()`.
   [[nodiscard]] Bytes peak_requested() const { return Bytes(peak_requested_); }
-  /// Bytes of all segments opened (what `memory_reserved` reports; never released here).
+  /// Bytes of the segments held (what `memory_reserved` reports).
   [[nodiscard]] Bytes reserved() const { return Bytes(reserved_); }
   [[nodiscard]] std::size_t segments() const { return segments_; }
   /// The block size that allocation `h` holds (its request rounded, plus any remainder not split off).
   [[nodiscard]] std::uint64_t block_size(Handle h) const { return h == null_handle ? 0 : blocks_.at(h).size; }
+  /// Releases every segment that holds no allocation (`torch.cuda.empty_cache`).
+  void empty_cache() {
+    for (FreePool* pool : {&small_, &large_}) {
+      for (auto it = pool->begin(); it != pool->end();) {
+        const Block& b = blocks_[it->block];
+        if (b.prev == null_handle && b.next == null_handle) {
+          reserved_ -= b.size;
+          --segments_;
+          spare_.push_back(it->block);
+          it = pool->erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
   /// Starts the peaks again from the current values (`reset_peak_memory_stats`).
   void reset_peaks() {
     peak_allocated_ = allocated_;

@@ -12,6 +12,10 @@ Writes DIR/trace-N.jsonl per arm, two lines:
   events: one integer per allocator event in order: a positive n is an allocation of n requested
   bytes, a negative -k frees the k-th allocation (1-based, counting allocations in order).
   baseline: bytes allocated before recording began (the cuBLAS workspaces), outside the events.
+With --marks the row also has "marks": [position, label] pairs, the position being the number of
+events before that point: each phase of each step, and each decoder layer's forward start and end
+and backward start (the grad of its output arriving; "recompute" marks a checkpointed layer's
+forward rerun inside the backward); and "trainable": the trainable parameters in order.
 With --frames, also DIR/frames-N.json.gz: the Python frame of every allocation (for analysis).
 Arms run in order in one process, as the harness runs a group.
 """
@@ -29,10 +33,101 @@ def frame_of(entry):
     return "%s:%s" % (fr[0].get("filename", "?").split("/")[-1], fr[0].get("name", "?")) if fr else "?"
 
 
+class Marks:
+    """Positions in the event list (allocations plus frees so far) at named points of the step,
+    read from the allocator's own counters, so marking allocates nothing on the GPU."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.items = []
+        self.phase = "build"
+        self.a0, self.f0 = self._counts()
+
+    def _counts(self):
+        st = self.torch.cuda.memory_stats()
+        return int(st.get("allocation.all.allocated", 0)), int(st.get("allocation.all.freed", 0))
+
+    def mark(self, label):
+        a, f = self._counts()
+        self.items.append([(a - self.a0) + (f - self.f0), label])
+
+
+def decoder_layers(model):
+    base = H.base_transformers_model(model)
+    inner = getattr(base, "model", base)
+    return list(inner.layers)
+
+
+def hook_layers(model, marks):
+    """Marks the start of each decoder layer's forward and of its backward (when the grad of its
+    output arrives). Checkpointed recomputes in the backward are marked as such."""
+    for idx, layer in enumerate(decoder_layers(model)):
+        def pre(module, args, idx=idx):
+            marks.mark("%s.%s%d" % (marks.phase, "recompute" if marks.phase.endswith("backward") else "layer", idx))
+
+        def post(module, args, out, idx=idx):
+            t = out[0] if isinstance(out, (tuple, list)) else out
+            if marks.phase.endswith("forward"):
+                marks.mark("%s.layer_end%d" % (marks.phase, idx))
+                if getattr(t, "requires_grad", False):
+                    t.register_hook(lambda g, idx=idx: marks.mark("%s.layer%d" % (marks.phase, idx)))
+        layer.register_forward_pre_hook(pre)
+        layer.register_forward_hook(post)
+
+
+def run_two_steps_marked(model, arm, marks):
+    """hf_harness.run_two_steps, with marks at every phase (same calls, same order)."""
+    torch = H.torch
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-4)
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(0)
+    ids = torch.randint(0, arm["shape"]["vocab"], (arm["batch"], arm["seq"]), device="cuda", dtype=torch.long,
+                        generator=gen)
+    batch = {"input_ids": ids, "labels": ids.clone()}
+    del ids, gen
+    retained = arm["logits_retained"]
+    phases = {}
+    for k in (1, 2):
+        ph = phases["step%d" % k] = {}
+        b = H._phase_begin()
+        marks.phase = "step%d.forward" % k
+        marks.mark(marks.phase)
+        out = model(**batch)
+        loss = out.loss
+        if not retained:
+            out = None
+        ph["forward"] = H._phase_end(b)
+        b = H._phase_begin()
+        marks.phase = "step%d.backward" % k
+        marks.mark(marks.phase)
+        loss.backward()
+        ph["backward"] = H._phase_end(b)
+        loss = None
+        b = H._phase_begin()
+        marks.phase = "step%d.optimizer" % k
+        marks.mark(marks.phase)
+        optimizer.step()
+        ph["optimizer"] = H._phase_end(b)
+        out = None
+        b = H._phase_begin()
+        marks.phase = "step%d.zero_grad" % k
+        marks.mark(marks.phase)
+        optimizer.zero_grad(set_to_none=True)
+        ph["zero_grad"] = H._phase_end(b)
+    marks.phase = "end"
+    marks.mark("end")
+    trainable = [[n, list(p.shape), str(p.dtype)] for n, p in model.named_parameters() if p.requires_grad]
+    del optimizer, params, batch
+    return phases, trainable
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
     p.add_argument("--frames", action="store_true")
+    p.add_argument("--marks", action="store_true",
+                   help="mark phases and decoder layers (forward, backward) in the event list")
     p.add_argument("arms", nargs="+")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -47,9 +142,15 @@ def main():
         torch.cuda.memory._record_memory_history(enabled="all", context="alloc" if a.frames else None,
                                                  stacks="python", max_entries=4_000_000)
         torch.cuda.reset_peak_memory_stats()
+        marks = Marks(torch) if a.marks else None
         model, _ = H.build_model(arm, arm["seq"])
         res = {"phases": {}}
-        H.run_two_steps(model, arm, arm["shape"]["vocab"], 0, res)
+        trainable = None
+        if marks:
+            hook_layers(model, marks)
+            res["phases"], trainable = run_two_steps_marked(model, arm, marks)
+        else:
+            H.run_two_steps(model, arm, arm["shape"]["vocab"], 0, res)
         torch.cuda.synchronize()
         snap = torch.cuda.memory._snapshot()
         torch.cuda.memory._record_memory_history(enabled=None)
@@ -71,6 +172,9 @@ def main():
                "peak_allocated": max(ph["peak"] for ph in phases),
                "peak_requested": max(ph["requested_peak"] for ph in phases),
                "live_at_end": len(ordinal), "events": events}
+        if marks:
+            row["marks"] = marks.items
+            row["trainable"] = trainable
         with open(os.path.join(a.out, "trace-%d.jsonl" % n), "w") as f:
             f.write(json.dumps({"kind": "stack", **stack}) + "\n")
             f.write(json.dumps(row, separators=(",", ":")) + "\n")
