@@ -1,0 +1,331 @@
+#pragma once
+/// @file step_program.hpp
+/// A step program: the sequence of allocator requests and frees of a whole training run (the
+/// build, then two steps), recorded once on the GPU for one stack and one kind of step, with every
+/// size written over the model's and step's dimensions and the decoder layers as repeats. Run for
+/// a model shape and step through `CachingAllocatorModel`, it gives the allocator's peak of
+/// allocated bytes, slack included, without a GPU.
+///
+/// Programs come from traces (tests/validation/trace_capture.py --marks) turned into this form by
+/// tests/validation/trace_program.py; `vramfit/programs/hf_peft.hpp` holds the HF + PEFT ones.
+///
+/// The flat form (int32): a size table, then blocks.
+///   sizes:  n, then per size: terms, per term (coef, factors, f0..f3), then a constant; the
+///           factors index `ProgramDims` (B S h i H kvh d V r, then 9: S + 1), -1 unused.
+///   blocks: n, then per block: kind (0 sequence, 1 layers), step (0 build, 1, 2), phase
+///           (0 build, 1 forward, 2 backward, 3 optimizer, 4 zero_grad), and
+///           sequence: parts, per part: repeat? (0/1), c (a repeat runs layers - c times), tokens;
+///           layers:   down? (1: layers L-1..0), lo, hi, template tokens, then the tokens of layers
+///                     0..lo-1 and of layers L-1, L-2, ... (hi of them), which differ from the template.
+///   tokens: n, then 5 ints each: (0, size index, 0, 0, 0) requests; (kind, a, b, c, d) frees an
+///           earlier request named relative to the current repeat or layer (see `resolve`).
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "vramfit/allocator.hpp"
+#include "vramfit/bytes.hpp"
+#include "vramfit/error.hpp"
+
+namespace vramfit {
+
+/// The dimensions a program's sizes are written in.
+struct ProgramDims {
+  std::uint64_t batch = 1, seq = 1, hidden = 0, intermediate = 0, heads = 0, kv_heads = 0, head_dim = 0,
+                vocab = 0, rank = 0;
+  [[nodiscard]] std::uint64_t operator[](int k) const {
+    switch (k) {
+      case 0: return batch;
+      case 1: return seq;
+      case 2: return hidden;
+      case 3: return intermediate;
+      case 4: return heads;
+      case 5: return kv_heads;
+      case 6: return head_dim;
+      case 7: return vocab;
+      case 8: return rank;
+      case 9: return detail::checked_add(seq, 1);
+      default: throw InvalidInput("program", "size factor out of range");
+    }
+  }
+};
+
+/// What running a program gives: peaks of allocated bytes from the first step on (the build's own
+/// transients are not in them), and where they fell.
+struct ProgramPeaks {
+  Bytes first;                  ///< over step 1
+  Bytes steady;                 ///< over steps 1 and 2
+  Bytes after_build;            ///< allocated when the build is done (weights, adapters)
+  int first_phase = 0;          ///< 1 forward, 2 backward, 3 optimizer, 4 zero_grad
+  int steady_phase = 0;
+  std::size_t requests = 0;
+};
+
+class StepProgram {
+ public:
+  static constexpr const char* phase_name(int p) {
+    switch (p) {
+      case 1: return "forward";
+      case 2: return "backward";
+      case 3: return "optimizer";
+      case 4: return "zero_grad";
+      default: return "build";
+    }
+  }
+
+  explicit StepProgram(std::span<const std::int32_t> flat) { parse(flat); }
+
+  /// Runs the program for `layers` decoder layers; `baseline` bytes are allocated before it (the
+  /// cuBLAS workspaces). With `empty_cache_after_build`, the cache is emptied between the build
+  /// and the first step (as the validation harness does).
+  [[nodiscard]] ProgramPeaks run(const ProgramDims& dims, std::uint64_t layers, Bytes baseline,
+                                 bool empty_cache_after_build) const {
+    if (layers == 0 || layers > (1u << 20)) throw InvalidInput("layers", "must be 1 to 1048576");
+    std::vector<std::uint64_t> sizes;
+    sizes.reserve(sizes_.size());
+    for (const auto& s : sizes_) sizes.push_back(evaluate(s, dims));
+    Run r(*this, dims, layers, sizes);
+    ProgramPeaks out;
+    int step = 0;
+    for (std::size_t b = 0; b < blocks_.size(); ++b) {
+      const Block& blk = blocks_[b];
+      if (blk.step != step) {
+        if (step == 0) {
+          if (empty_cache_after_build) r.model.empty_cache();
+          out.after_build = baseline + r.model.allocated();
+          r.model.reset_peaks();
+          r.track = true;
+        } else if (step == 1) {
+          out.first = baseline + r.peak;
+          out.first_phase = r.peak_phase;
+        }
+        step = blk.step;
+      }
+      r.phase = blk.phase;
+      r.block(b);
+    }
+    if (step == 1) {
+      out.first = baseline + r.peak;
+      out.first_phase = r.peak_phase;
+    }
+    out.steady = baseline + r.peak;
+    out.steady_phase = r.peak_phase;
+    out.requests = r.requests;
+    return out;
+  }
+
+ private:
+  struct Term {
+    std::uint32_t coef;
+    int factors[4];
+    int count;
+  };
+  struct Size {
+    std::vector<Term> terms;
+    std::int64_t constant = 0;
+  };
+  struct Token {
+    std::int32_t op;
+    std::int32_t a[4];
+  };
+  struct Part {
+    bool repeat = false;
+    std::int64_t c = 0;
+    std::vector<Token> tokens;
+  };
+  struct Block {
+    int kind = 0, step = 0, phase = 0;
+    std::vector<Part> parts;          // sequence
+    bool down = false;                // layers
+    std::int64_t lo = 0, hi = 0;
+    std::vector<Token> layer_template;
+    std::vector<std::vector<Token>> lo_special, hi_special;
+  };
+
+  static std::uint64_t evaluate(const Size& s, const ProgramDims& d) {
+    std::uint64_t total = 0;
+    for (const Term& t : s.terms) {
+      std::uint64_t v = t.coef;
+      for (int f = 0; f < t.count; ++f) v = detail::checked_mul(v, d[t.factors[f]]);
+      total = detail::checked_add(total, v);
+    }
+    if (s.constant < 0) return detail::checked_sub(total, static_cast<std::uint64_t>(-s.constant));
+    return detail::checked_add(total, static_cast<std::uint64_t>(s.constant));
+  }
+
+  // Keys of live requests: (type, block, part or -, repeat or layer, index).
+  static std::uint64_t key(std::uint64_t type, std::uint64_t b, std::uint64_t part, std::uint64_t m, std::uint64_t k) {
+    if (b >= 256 || part >= 256 || m >= (1u << 20) || k >= (1u << 24))
+      throw InvalidInput("program", "a reference is out of range");
+    return (type << 62) | (b << 54) | (part << 46) | (m << 24) | k;
+  }
+
+  struct Run {
+    Run(const StepProgram& program, const ProgramDims& d, std::uint64_t l, const std::vector<std::uint64_t>& s)
+        : p(program), dims(d), L(l), sizes(s) {}
+    const StepProgram& p;
+    const ProgramDims& dims;
+    std::uint64_t L;
+    const std::vector<std::uint64_t>& sizes;
+    CachingAllocatorModel model;
+    std::unordered_map<std::uint64_t, CachingAllocatorModel::Handle> live;
+    std::unordered_map<std::uint64_t, std::int64_t> counts;  // (block, part) -> repeats
+    Bytes peak{};
+    int phase = 0, peak_phase = 0;
+    bool track = false;
+    std::size_t requests = 0;
+
+    std::int64_t count_of(std::int64_t b, std::int64_t part) const {
+      const auto it = counts.find(static_cast<std::uint64_t>(b) * 256 + static_cast<std::uint64_t>(part));
+      if (it == counts.end()) throw InvalidInput("program", "a reference names a repeat not run yet");
+      return it->second;
+    }
+    static std::uint64_t idx(std::int64_t v) {
+      if (v < 0) throw InvalidInput("program", "a reference resolves to a negative index");
+      return static_cast<std::uint64_t>(v);
+    }
+    // type: 0 literal part, 1 repeat, 2 layer
+    std::uint64_t resolve(const Token& t, std::int64_t b, std::int64_t part, std::int64_t c, std::uint64_t unit_type) const {
+      const auto* a = t.a;
+      const std::int64_t Ls = static_cast<std::int64_t>(L);
+      switch (t.op) {
+        case 1: return key(unit_type, idx(b), unit_type == 2 ? 0 : idx(part), idx(c), idx(a[0]));  // self
+        case 2: return key(1, idx(b), idx(part), idx(c + a[0]), idx(a[1]));                        // cand
+        case 3: return key(1, idx(b), idx(a[0]), idx(c + a[1]), idx(a[2]));                        // rep
+        case 4: return key(1, idx(b), idx(a[0]), idx(count_of(b, a[0]) - 1 - c + a[1]), idx(a[2]));  // repM
+        case 5: return key(2, idx(a[0]), 0, idx(c + a[1]), idx(a[2]));                             // rel
+        case 6: return key(0, idx(a[0]), idx(a[1]), 0, idx(a[2]));                                 // lsub
+        case 7: return key(1, idx(a[0]), idx(a[1]), idx(c + a[2]), idx(a[3]));                     // xrep
+        case 8: return key(1, idx(a[0]), idx(a[1]), idx(a[2]), idx(a[3]));                         // xrepA
+        case 9: return key(1, idx(a[0]), idx(a[1]), idx(count_of(a[0], a[1]) - a[2]), idx(a[3]));  // xrepE
+        case 10: return key(2, idx(a[0]), 0, idx(c + a[1]), idx(a[2]));                            // ljR
+        case 11: return key(2, idx(a[0]), 0, idx(Ls - 1 - c + a[1]), idx(a[2]));                   // ljM
+        case 12: return key(2, idx(a[0]), 0, idx(a[1]), idx(a[2]));                                // ljA
+        case 13: return key(2, idx(a[0]), 0, idx(Ls - a[1]), idx(a[2]));                           // ljE
+        default: throw InvalidInput("program", "unknown token kind " + std::to_string(t.op));
+      }
+    }
+
+    void tokens(const std::vector<Token>& ts, std::int64_t b, std::int64_t part, std::int64_t c, std::uint64_t unit_type) {
+      std::uint64_t k = 0;
+      for (const Token& t : ts) {
+        if (t.op == 0) {
+          if (t.a[0] < 0 || static_cast<std::size_t>(t.a[0]) >= sizes.size())
+            throw InvalidInput("program", "size index out of range");
+          const auto h = model.malloc(sizes[static_cast<std::size_t>(t.a[0])]);
+          ++requests;
+          live[key(unit_type, idx(b), unit_type == 2 ? 0 : idx(part), unit_type == 0 ? 0 : idx(c), k++)] = h;
+          if (track && model.allocated() > peak) {
+            peak = model.allocated();
+            peak_phase = phase;
+          }
+        } else {
+          const auto it = live.find(resolve(t, b, part, c, unit_type));
+          if (it == live.end()) throw InvalidInput("program", "a free names no live request");
+          model.free(it->second);
+          live.erase(it);
+        }
+      }
+    }
+
+    void block(std::size_t bi) {
+      const Block& blk = p.blocks_[bi];
+      const auto b = static_cast<std::int64_t>(bi);
+      if (blk.kind == 0) {
+        for (std::size_t s = 0; s < blk.parts.size(); ++s) {
+          const Part& part = blk.parts[s];
+          const auto si = static_cast<std::int64_t>(s);
+          if (!part.repeat) {
+            tokens(part.tokens, b, si, 0, 0);
+            continue;
+          }
+          const std::int64_t n = static_cast<std::int64_t>(L) - part.c;
+          if (n < 0) throw InvalidInput("layers", "too few layers for this program");
+          counts[static_cast<std::uint64_t>(b) * 256 + s] = n;
+          for (std::int64_t m = 0; m < n; ++m) tokens(part.tokens, b, si, m, 1);
+        }
+        return;
+      }
+      const auto Ls = static_cast<std::int64_t>(L);
+      if (blk.lo + blk.hi > Ls) throw InvalidInput("layers", "too few layers for this program");
+      for (std::int64_t n = 0; n < Ls; ++n) {
+        const std::int64_t j = blk.down ? Ls - 1 - n : n;
+        const std::vector<Token>* ts = &blk.layer_template;
+        if (j < blk.lo) ts = &blk.lo_special[static_cast<std::size_t>(j)];
+        else if (j > Ls - 1 - blk.hi) ts = &blk.hi_special[static_cast<std::size_t>(Ls - 1 - j)];
+        tokens(*ts, b, 0, j, 2);
+      }
+    }
+  };
+
+  void parse(std::span<const std::int32_t> f) {
+    std::size_t at = 0;
+    const auto next = [&]() -> std::int32_t {
+      if (at >= f.size()) throw InvalidInput("program", "ends early");
+      return f[at++];
+    };
+    const auto count = [&](std::int32_t limit) {
+      const std::int32_t n = next();
+      if (n < 0 || n > limit) throw InvalidInput("program", "a count is out of range");
+      return static_cast<std::size_t>(n);
+    };
+    const auto tokens = [&] {
+      std::vector<Token> ts(count(1 << 24));
+      for (auto& t : ts) {
+        t.op = next();
+        for (auto& a : t.a) a = next();
+      }
+      return ts;
+    };
+    sizes_.resize(count(1 << 20));
+    for (auto& s : sizes_) {
+      s.terms.resize(count(8));
+      for (auto& t : s.terms) {
+        const std::int32_t coef = next();
+        if (coef <= 0) throw InvalidInput("program", "a size coefficient must be positive");
+        t.coef = static_cast<std::uint32_t>(coef);
+        t.count = static_cast<int>(count(4));
+        for (int& x : t.factors) x = next();
+        for (int k = 0; k < t.count; ++k)
+          if (t.factors[k] < 0 || t.factors[k] > 9) throw InvalidInput("program", "a size factor is out of range");
+      }
+      s.constant = next();
+    }
+    blocks_.resize(count(255));
+    for (auto& b : blocks_) {
+      b.kind = next();
+      b.step = next();
+      b.phase = next();
+      if (b.kind == 0) {
+        b.parts.resize(count(255));
+        for (auto& part : b.parts) {
+          part.repeat = next() != 0;
+          part.c = next();
+          part.tokens = tokens();
+        }
+      } else if (b.kind == 1) {
+        b.down = next() != 0;
+        b.lo = next();
+        b.hi = next();
+        if (b.lo < 0 || b.hi < 0) throw InvalidInput("program", "negative special-layer count");
+        b.layer_template = tokens();
+        for (std::int64_t j = 0; j < b.lo; ++j) b.lo_special.push_back(tokens());
+        for (std::int64_t k = 0; k < b.hi; ++k) b.hi_special.push_back(tokens());
+      } else {
+        throw InvalidInput("program", "unknown block kind");
+      }
+    }
+    if (at != f.size()) throw InvalidInput("program", "has trailing data");
+  }
+
+  std::vector<Size> sizes_;
+  std::vector<Block> blocks_;
+};
+
+}  // namespace vramfit

@@ -1,0 +1,94 @@
+// Step programs (vramfit/step_program.hpp): a small program worked by hand, malformed programs,
+// and the recorded HF + PEFT programs (vramfit/simulate.hpp) on the kinds they cover.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "support.hpp"
+#include "vramfit/presets.hpp"
+#include "vramfit/simulate.hpp"
+#include "vramfit/step_program.hpp"
+
+using namespace vramfit;
+
+namespace {
+constexpr std::uint64_t MiB = 1ULL << 20;
+
+// Sizes: #0 a constant 3 MiB, #1 = seq bytes. Blocks: the build requests #0 and keeps it; the
+// forward requests #1 per layer; the backward frees them, last layer first; the optimizer
+// requests and frees #1 once per layer (a repeat).
+std::vector<std::int32_t> hand_program() {
+  return {2, 0, 3 * 1048576, 1, 1, 1, 1, -1, -1, -1, 0,  // sizes
+          4,                                                 // blocks
+          0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0,                // build: request #0
+          1, 1, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0,                // forward, per layer: request #1
+          1, 1, 2, 1, 0, 0, 1, 5, 1, 0, 0, 0,                // backward, layers down: free block 1, same layer
+          0, 1, 3, 1, 1, 0, 2, 0, 1, 0, 0, 0, 2, 0, 0, 0, 0};  // optimizer: repeat L - 0 times
+}
+}  // namespace
+
+TEST_CASE("a hand-written program runs to the peak worked by hand") {
+  const StepProgram p(hand_program());
+  const ProgramDims d{.seq = 2 * MiB};
+  const ProgramPeaks r = p.run(d, 3, Bytes(64 * MiB), false);
+  // 3 MiB of weights, then three 2 MiB tensors cut exactly from the weights' 20 MiB segment.
+  CHECK(r.after_build.count() == 67 * MiB);
+  CHECK(r.first.count() == 64 * MiB + 3 * MiB + 3 * 2 * MiB);
+  CHECK(r.steady == r.first);
+  CHECK(r.first_phase == 1);
+  CHECK(r.requests == 1 + 3 + 3);
+  // One layer more adds one more tensor at the peak.
+  CHECK(p.run(d, 4, Bytes(64 * MiB), false).first.count() == 64 * MiB + 3 * MiB + 4 * 2 * MiB);
+}
+
+TEST_CASE("malformed programs are errors that name the program") {
+  auto bad = [](std::vector<std::int32_t> flat) { return test::field_of([&] { StepProgram p(flat); }); };
+  auto flat = hand_program();
+  CHECK(bad({}) == "program");
+  CHECK(bad(std::vector<std::int32_t>(flat.begin(), flat.end() - 1)) == "program");  // truncated
+  auto extra = flat;
+  extra.push_back(0);
+  CHECK(bad(extra) == "program");  // trailing data
+  auto factor = flat;
+  factor[6] = 10;  // size #1's first factor: no such dimension
+  CHECK(bad(factor) == "program");
+  auto kind = flat;
+  kind[43] = 99;  // the backward's token kind (block 2 starts at 36; its token at 43)
+  const StepProgram p(kind);
+  CHECK(test::field_of([&] { (void)p.run(ProgramDims{.seq = MiB}, 2, Bytes{}, false); }) == "program");
+  auto orphan = flat;
+  orphan[45] = 1;  // the backward frees layer j + 1's tensor: the top layer's has none
+  const StepProgram q(orphan);
+  CHECK(test::field_of([&] { (void)q.run(ProgramDims{.seq = MiB}, 2, Bytes{}, false); }) == "program");
+  CHECK(test::field_of([&] { (void)StepProgram(flat).run(ProgramDims{.seq = MiB}, 0, Bytes{}, false); }) == "layers");
+}
+
+TEST_CASE("the recorded HF + PEFT programs cover LoRA steps of the recorded kinds") {
+  const ModelShape smol = *find_preset("SmolLM2-135M");
+  Step s{.batch = 1, .seq = 1024, .lora = {.rank = 8, .targets = TargetSet::attention()}};
+  CHECK(hf_peft_program_gap(smol, s) == nullptr);
+  const auto r = simulate_hf_peft(smol, s);
+  REQUIRE(r.has_value());
+  CHECK(r->steady >= r->first);
+  CHECK(r->phase == std::string_view("backward"));
+  CHECK(r->requests > 10000);
+  // Longer sequences cost more.
+  Step longer = s;
+  longer.seq = 2048;
+  CHECK(simulate_hf_peft(smol, longer)->peak > r->peak);
+
+  Step full = s;
+  full.mode = Mode::full;
+  CHECK(hf_peft_program_gap(smol, full) != nullptr);
+  CHECK_FALSE(simulate_hf_peft(smol, full).has_value());
+  Step odd_targets = s;
+  odd_targets.lora.targets = {Module::q_proj, Module::gate_proj};
+  CHECK(hf_peft_program_gap(smol, odd_targets) != nullptr);
+  Step fp32 = s;
+  fp32.precision = Precision::fp32;
+  CHECK(hf_peft_program_gap(smol, fp32) != nullptr);
+  Step math = s;
+  math.attention = Attention::math;
+  CHECK(hf_peft_program_gap(smol, math) != nullptr);
+}
