@@ -1,0 +1,125 @@
+#pragma once
+/// @file simulate.hpp
+/// The exact path: a step's peak from its recorded step program (vramfit/step_program.hpp) run
+/// through the caching-allocator model, for the kinds of HF + PEFT step that were recorded
+/// (vramfit/programs/hf_peft.hpp). Where no program applies, `hf_peft_program_gap` says why and
+/// the closed-form terms are the prediction.
+///
+/// A program run takes milliseconds (every request of the build and two steps, one layer after
+/// another), the closed form nanoseconds: search loops use the closed form, and a simulated
+/// prediction is the one to report.
+
+#include <array>
+#include <cstddef>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "vramfit/bytes.hpp"
+#include "vramfit/model.hpp"
+#include "vramfit/profiles.hpp"
+#include "vramfit/programs/hf_peft.hpp"
+#include "vramfit/step.hpp"
+#include "vramfit/step_program.hpp"
+
+namespace vramfit {
+
+/// A simulated peak: the allocator's peak of allocated bytes, weights and workspaces included.
+struct SimulatedPeak {
+  Bytes peak;                 ///< over the phase the step asks for (`Step::peak_over`)
+  Bytes first;                ///< over the first step
+  Bytes steady;               ///< over the first and second steps
+  Bytes after_build;          ///< allocated once the model and adapters are built
+  std::string_view phase;     ///< where `peak` falls: forward, backward, optimizer, zero_grad
+  std::size_t requests = 0;   ///< allocator requests replayed
+};
+
+namespace detail {
+inline std::string_view lora_targets_key(const Step& s) {
+  if (s.mode != Mode::lora) return "";
+  if (s.lora.targets == TargetSet::attention()) return "q_proj,k_proj,v_proj,o_proj";
+  if (s.lora.targets == TargetSet::peft_default()) return "q_proj,v_proj";
+  if (s.lora.targets == TargetSet::all_linear()) return "all-linear";
+  return "?";
+}
+
+inline const programs::hf_peft::Entry* find_hf_peft_entry(const ModelShape& m, const Step& s, const char** why) {
+  const auto fail = [&](const char* w) -> const programs::hf_peft::Entry* {
+    if (why) *why = w;
+    return nullptr;
+  };
+  if (!s.single_gpu()) return fail("recorded on one GPU only");
+  if (s.precision != Precision::bf16) return fail("recorded in bf16 only");
+  if (s.attention != Attention::flash) return fail("recorded with SDPA's default fused kernel only");
+  if (!m.gated_mlp) return fail("recorded for gated (SwiGLU) MLPs only");
+  if (s.mode == Mode::full)
+    return fail("full fine-tuning has no program: some of its backward requests are not products of the dimensions");
+  const std::uint64_t hd = m.head_dimension();
+  const unsigned hd_bit = hd == 64 ? 1u : hd == 128 ? 2u : 0u;
+  if (hd_bit == 0) return fail("recorded at head_dim 64 and 128 only");
+  const std::string_view arch = m.qkv_bias ? "qwen2" : "llama";
+  const std::string_view mode = s.mode == Mode::lora ? "lora" : "full";
+  const std::string_view targets = lora_targets_key(s);
+  if (targets == "?") return fail("LoRA targets recorded: q_proj,v_proj; q_proj,k_proj,v_proj,o_proj; all-linear");
+  for (const auto& e : programs::hf_peft::entries) {
+    if (e.arch == arch && e.tied == m.tied_embeddings && e.mode == mode && e.targets == targets &&
+        e.checkpointing == s.gradient_checkpointing && e.logits_retained == s.logits_retained) {
+      if ((e.head_dims & hd_bit) == 0) return fail("this kind of step was not checked at this head_dim");
+      if (why) *why = nullptr;
+      return &e;
+    }
+  }
+  return fail("this kind of step (architecture, head, mode, checkpointing, kept logits) was not recorded");
+}
+
+inline const StepProgram& parsed_hf_peft(const programs::hf_peft::Entry& e) {
+  static const std::vector<StepProgram> all = [] {
+    std::vector<StepProgram> v;
+    for (const auto& x : programs::hf_peft::entries) v.emplace_back(x.program);
+    return v;
+  }();
+  return all[static_cast<std::size_t>(&e - programs::hf_peft::entries)];
+}
+}  // namespace detail
+
+/// Why no recorded HF + PEFT program applies to this model and step, or nullptr when one does.
+inline const char* hf_peft_program_gap(const ModelShape& m, const Step& s) {
+  const char* why = nullptr;
+  (void)detail::find_hf_peft_entry(m, s, &why);
+  return why;
+}
+
+/// Bytes a process holds outside the step program: the cuBLAS workspaces (measured 65 MiB), and
+/// with q/k/v bias and checkpointing 1 MiB more, the cuBLASLt workspace the autograd thread takes
+/// when the recomputed forward's biased projections first run there (recorded: it appears in the
+/// first such step of a process and stays).
+inline Bytes hf_peft_process_bytes(const ModelShape& m, const Step& s) {
+  return Bytes(profiles::HfPeft::workspace_bytes + (m.qkv_bias && s.gradient_checkpointing ? (1ULL << 20) : 0));
+}
+
+/// The peak of an HF + PEFT run (build, then steps) simulated from its recorded program, if one
+/// applies. `baseline`: bytes allocated outside the program (default `hf_peft_process_bytes`).
+/// `empty_cache_after_build`: whether the cache is emptied between the build and the first step.
+inline std::optional<SimulatedPeak> simulate_hf_peft(const ModelShape& m, const Step& s,
+                                                     std::optional<Bytes> baseline = std::nullopt,
+                                                     bool empty_cache_after_build = false) {
+  validate(m);
+  const auto* e = detail::find_hf_peft_entry(m, s, nullptr);
+  if (e == nullptr) return std::nullopt;
+  const ProgramDims d{.batch = s.batch, .seq = s.seq, .hidden = m.hidden, .intermediate = m.intermediate,
+                      .heads = m.heads, .kv_heads = m.kv_heads, .head_dim = m.head_dimension(), .vocab = m.vocab,
+                      .rank = s.mode == Mode::lora ? s.lora.rank : 0};
+  const ProgramPeaks r =
+      detail::parsed_hf_peft(*e).run(d, m.layers, baseline ? *baseline : hf_peft_process_bytes(m, s), empty_cache_after_build);
+  SimulatedPeak out;
+  out.first = r.first;
+  out.steady = r.steady;
+  out.after_build = r.after_build;
+  const bool first = s.peak_over == PeakOver::first_step;
+  out.peak = first ? r.first : r.steady;
+  out.phase = StepProgram::phase_name(first ? r.first_phase : r.steady_phase);
+  out.requests = r.requests;
+  return out;
+}
+
+}  // namespace vramfit
