@@ -20,6 +20,7 @@
 #include "cli_options.hpp"
 #include "vramfit/config_json.hpp"
 #include "vramfit/replay.hpp"
+#include "vramfit/simulate.hpp"
 #include "vramfit/vramfit.hpp"
 
 #ifdef VRAMFIT_WITH_PROBE
@@ -64,8 +65,47 @@ auto with_predictor(vramfit::cli::Stack stack, F&& f) {
 }
 
 /// The prediction of one step under the chosen stack.
-Prediction predict(const CliOptions& o, const ModelShape& shape, const Step& step) {
-  return with_predictor(o.stack, [&](const auto& predictor) { return predictor.predict(shape, step); });
+/// The closed-form prediction, and for hf-peft steps of a recorded kind the allocator simulation
+/// of the recorded step program, which is then the peak reported (the closed form's terms stay
+/// the breakdown). `required` covers both peaks plus the allocator's margin.
+struct Predicted {
+  Prediction p;                                  ///< closed form
+  std::optional<vramfit::SimulatedPeak> sim;     ///< allocator simulation, where a program applies
+  const char* gap = nullptr;                     ///< why there is none (hf-peft only)
+  Bytes required;
+  [[nodiscard]] Bytes peak() const { return sim ? sim->peak : p.peak; }
+  [[nodiscard]] std::string_view method() const { return sim ? "allocator simulation" : "closed form"; }
+};
+
+Predicted predict(const CliOptions& o, const ModelShape& shape, const Step& step,
+                  std::optional<Bytes> baseline = std::nullopt, bool empty_cache_after_build = false) {
+  Predicted out;
+  out.p = with_predictor(o.stack, [&](const auto& predictor) { return predictor.predict(shape, step); });
+  out.required = out.p.required;
+  if (o.stack == vramfit::cli::Stack::hf_peft) {
+    out.gap = vramfit::hf_peft_program_gap(shape, step);
+    if (out.gap == nullptr) {
+      // A recorded process baseline (the harness's pre_arm_allocated) already holds what an earlier
+      // arm left; it is never less than what the process holds outside the program.
+      const std::optional<Bytes> held =
+          baseline ? std::optional<Bytes>(vramfit::max(*baseline, vramfit::hf_peft_process_bytes(shape, step)))
+                   : std::nullopt;
+      out.sim = vramfit::simulate_hf_peft(shape, step, held, empty_cache_after_build);
+      const Bytes margin = vramfit::HfPeftPredictor{}.margin()(out.sim->peak);
+      out.required = vramfit::max(out.required, margin);
+    }
+  }
+  return out;
+}
+
+Json simulation_json(const Predicted& r) {
+  if (!r.sim) return Json{{"available", false}, {"why", r.gap ? r.gap : "the libtorch stack has no recorded programs"}};
+  return Json{{"available", true},
+              {"peak_bytes", r.sim->peak.count()},
+              {"first_step_bytes", r.sim->first.count()},
+              {"steady_bytes", r.sim->steady.count()},
+              {"phase", r.sim->phase},
+              {"requests", r.sim->requests}};
 }
 
 // ---- JSON ---------------------------------------------------------------------------------------
@@ -143,13 +183,17 @@ std::string budget_text(Bytes budget) { return fmt::format("{} ({:i})", budget, 
 int run_predict(const CliOptions& o) {
   const NamedModel model = resolve_model(o);
   const Step step = o.step(o.batches.front(), o.seqs.front());
-  const Prediction p = predict(o, model.shape, step);
-  const bool fits = !o.budget || p.required <= *o.budget;
+  const Predicted r = predict(o, model.shape, step);
+  const Prediction& p = r.p;
+  const bool fits = !o.budget || r.required <= *o.budget;
 
   if (o.json) {
     Json j;
-    j["peak_bytes"] = p.peak.count();
-    j["required_bytes"] = p.required.count();
+    j["peak_bytes"] = r.peak().count();
+    j["required_bytes"] = r.required.count();
+    j["method"] = r.method();
+    j["closed_form_peak_bytes"] = p.peak.count();
+    j["simulation"] = simulation_json(r);
     j["phase"] = vramfit::to_key(p.phase);
     j["phases"] = phases_json(p.phases);
     Json terms = Json::array();
@@ -158,7 +202,7 @@ int run_predict(const CliOptions& o) {
                        {"bytes", p.term_at_peak(k).count()},
                        {"phases", phases_json(p.terms[k].bytes)}});
     j["terms"] = terms;
-    if (o.budget) add_budget_json(j, p.required, *o.budget);
+    if (o.budget) add_budget_json(j, r.required, *o.budget);
     j["stack"] = p.stack;
     j["model"] = model_json(model);
     j["step"] = step_json(step);
@@ -166,13 +210,19 @@ int run_predict(const CliOptions& o) {
   } else {
     print_context(model, vramfit::describe(step), step);
     fmt::print("\n{}", p);
+    if (r.sim)
+      fmt::print("\nallocator simulation of the recorded HF + PEFT step ({} requests): peak {} in the {}\n"
+                 "(the prediction; the terms above are the closed form's breakdown, {} at its peak)\n",
+                 r.sim->requests, r.sim->peak, r.sim->phase, p.peak);
+    else if (r.gap)
+      fmt::print("\nno allocator simulation: {}; the closed form is the prediction\n", r.gap);
     if (o.budget) {
       if (fits)
-        fmt::print("\nfits the budget of {}: requires {}, headroom {}\n", budget_text(*o.budget), p.required,
-                   *o.budget - p.required);
+        fmt::print("\nfits the budget of {}: requires {}, headroom {}\n", budget_text(*o.budget), r.required,
+                   *o.budget - r.required);
       else
-        fmt::print("\ndoes not fit the budget of {}: requires {}, {} over\n", budget_text(*o.budget), p.required,
-                   p.required - *o.budget);
+        fmt::print("\ndoes not fit the budget of {}: requires {}, {} over\n", budget_text(*o.budget), r.required,
+                   r.required - *o.budget);
     }
   }
   return fits ? exit_success : exit_does_not_fit;
@@ -189,7 +239,7 @@ int run_max(const CliOptions& o, bool search_batch) {
   });
   std::uint64_t& searched = search_batch ? step.batch : step.seq;
   searched = best == 0 ? 1 : best;
-  const Prediction at = predict(o, model.shape, step);
+  const Prediction at = predict(o, model.shape, step).p;
   const std::string key = fmt::format("max_{}", what);
 
   if (o.json) {
@@ -224,7 +274,7 @@ int run_sweep(const CliOptions& o) {
   const NamedModel model = resolve_model(o);
   struct Row {
     Step step;
-    Prediction prediction;
+    Predicted prediction;
   };
   std::vector<Row> rows;  // every prediction first: a bad value fails before anything is printed
   for (std::uint64_t seq : o.seqs)
@@ -235,7 +285,7 @@ int run_sweep(const CliOptions& o) {
   bool all_fit = true;
   std::vector<vramfit::SweepRow> table;
   for (const Row& r : rows) {
-    vramfit::SweepRow row{.batch = r.step.batch, .seq = r.step.seq, .predicted = r.prediction.peak};
+    vramfit::SweepRow row{.batch = r.step.batch, .seq = r.step.seq, .predicted = r.prediction.peak()};
     if (o.budget) {
       row.fits = r.prediction.required <= *o.budget;
       all_fit = all_fit && *row.fits;
@@ -244,11 +294,13 @@ int run_sweep(const CliOptions& o) {
       Json j;
       j["seq"] = r.step.seq;
       j["batch"] = r.step.batch;
-      j["peak_bytes"] = r.prediction.peak.count();
+      j["peak_bytes"] = r.prediction.peak().count();
       j["required_bytes"] = r.prediction.required.count();
-      j["phase"] = vramfit::to_key(r.prediction.phase);
+      j["method"] = r.prediction.method();
+      j["closed_form_peak_bytes"] = r.prediction.p.peak.count();
+      j["phase"] = vramfit::to_key(r.prediction.p.phase);
       if (o.budget) add_budget_json(j, r.prediction.required, *o.budget);
-      j["stack"] = r.prediction.stack;
+      j["stack"] = r.prediction.p.stack;
       j["world_size"] = r.step.world_size;
       j["sharding"] = vramfit::sharding_name(r.step);
       j[model.from_config ? "config" : "model"] = model.name;
@@ -262,7 +314,7 @@ int run_sweep(const CliOptions& o) {
                   fmt::format("seq {} x batch {}; {}", join(o.seqs), join(o.batches),
                               vramfit::describe_setup(o.step(1, 1))),
                   o.step(1, 1));
-    fmt::print("stack:  {}\n", rows.front().prediction.stack);
+    fmt::print("stack:  {} ({})\n", rows.front().prediction.p.stack, rows.front().prediction.method());
     if (o.budget)
       fmt::print("budget: {}; fits: the peak plus the allocator's margin is within it\n", budget_text(*o.budget));
     fmt::print("\n{}", vramfit::sweep_table(table));
@@ -288,19 +340,25 @@ int run_replay(const CliOptions& o) {
     table.clear();
   };
   for (const vramfit::MeasuredStep& m : data.steps) {
-    const auto stack = o.stack_given ? o.stack : vramfit::cli::detail::parse_stack("stack_profile", m.stack);
-    const Prediction p = with_predictor(stack, [&](const auto& predictor) { return predictor.predict(m.shape, m.step); });
+    CliOptions row_options = o;
+    row_options.stack = o.stack_given ? o.stack : vramfit::cli::detail::parse_stack("stack_profile", m.stack);
+    // As the harness ran it: the cache emptied after the build, on top of what the process held
+    // before the arm (its recorded pre_arm_allocated, where there is one).
+    const Predicted r = predict(row_options, m.shape, m.step, m.baseline, true);
+    const Prediction& p = r.p;
     const Bytes real = m.real(m.step.peak_over);
-    vramfit::SweepRow row{.batch = m.step.batch, .seq = m.step.seq, .predicted = p.peak, .real = real,
+    vramfit::SweepRow row{.batch = m.step.batch, .seq = m.step.seq, .predicted = r.peak(), .real = real,
                           .realised_seq = m.realised_seq};
-    all_safe = all_safe && p.peak >= real;
+    all_safe = all_safe && r.peak() >= real;
     if (o.json) {
       Json j;
       j["line"] = m.line;
       j["model"] = m.model;
       j["stack"] = p.stack;
       j["step"] = vramfit::describe(m.step);
-      j["predicted_bytes"] = p.peak.count();
+      j["predicted_bytes"] = r.peak().count();
+      j["method"] = r.method();
+      j["closed_form_bytes"] = p.peak.count();
       j["real_bytes"] = real.count();
       j["ratio"] = *row.ratio();
       j["verdict"] = row.verdict();
@@ -308,7 +366,8 @@ int run_replay(const CliOptions& o) {
       fmt::print("{}\n", j.dump());
       continue;
     }
-    const std::string heading = fmt::format("{} ({}): {}", m.model, p.stack, vramfit::describe_setup(m.step));
+    const std::string heading =
+        fmt::format("{} ({}, {}): {}", m.model, p.stack, r.method(), vramfit::describe_setup(m.step));
     if (heading != current) {
       flush_table();
       fmt::print("{}\n", heading);

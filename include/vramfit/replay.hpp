@@ -32,6 +32,9 @@ struct MeasuredStep {
   Bytes real_steady;                  ///< the larger of steps 1 and 2
   std::uint64_t realised_seq = 0;     ///< the input width the step really ran
   std::size_t line = 0;               ///< line in the file, for messages
+  /// Bytes allocated before the arm began (the harness's `pre_arm_allocated`: the cuBLAS
+  /// workspaces, plus anything an earlier arm of the same process left), when recorded.
+  std::optional<Bytes> baseline;
 
   [[nodiscard]] Bytes real(PeakOver p) const { return p == PeakOver::first_step ? real_first : real_steady; }
 };
@@ -139,10 +142,12 @@ inline Measurements parse_measurements(std::istream& in, const std::string& sour
     const std::string stack = row.contains("stack_profile") ? row["stack_profile"].get<std::string>() : default_stack;
     const std::string model = row.value("model", std::string("custom"));
     if (kind == "step") {
-      MeasuredStep m{model, stack, detail::shape_from(row, where), detail::step_from(row, where, true), {}, {}, 0, line};
+      MeasuredStep m{model, stack, detail::shape_from(row, where), detail::step_from(row, where, true), {}, {}, 0, line, {}};
       m.real_first = Bytes(detail::require_count(row, "peak_first", where));
       m.real_steady = Bytes(detail::require_count(row, "peak_steady", where));
       m.realised_seq = detail::require_count(row, "realised_seq", where);
+      if (row.contains("pre_arm_allocated") && !row["pre_arm_allocated"].is_null())
+        m.baseline = Bytes(detail::require_count(row, "pre_arm_allocated", where));
       if (m.realised_seq != m.step.seq)
         throw InvalidInput(where + ": realised_seq", "differs from seq: the harness did not run the requested length");
       out.steps.push_back(m);
