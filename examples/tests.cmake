@@ -271,3 +271,16 @@ vramfit_cli_error(replay_trace_and_data --trace replay --trace ${trace_dir}/x.js
 vramfit_cli_error(replay_trace_with_stack --stack replay --trace ${trace_dir}/x.jsonl --stack libtorch)
 vramfit_cli_error(replay_trace_missing_file trace replay --trace /nonexistent/trace.jsonl)
 vramfit_cli_error(replay_trace_not_a_trace trace replay --trace ${CMAKE_CURRENT_SOURCE_DIR}/../tests/data/hf_steps.jsonl)
+
+# The exact path: a LoRA step of a recorded kind is simulated from its step program; other steps
+# say why not and keep the closed form.
+vramfit_cli_test(predict_simulated EXIT 0 ARGS predict ${small} --seq 1024 --lora-targets q_proj,k_proj,v_proj,o_proj
+  MATCH "allocator simulation of the recorded HF \\+ PEFT step \\([0-9]+ requests\\): peak [0-9.]+ [GM]B in the backward")
+vramfit_cli_test(predict_simulated_json EXIT 0 ARGS predict ${small} --seq 1024 --lora-targets all-linear --json
+  MATCH "\"method\": \"allocator simulation\"" "\"available\": true" "\"closed_form_peak_bytes\": ${json_number}")
+vramfit_cli_test(predict_full_not_simulated EXIT 0 ARGS predict ${small} --mode full --seq 1024
+  MATCH "no allocator simulation: full fine-tuning has no program")
+vramfit_cli_test(predict_libtorch_json EXIT 0 ARGS predict ${small} --stack libtorch --json
+  MATCH "\"method\": \"closed form\"" "\"available\": false")
+vramfit_cli_test(sweep_simulated_json EXIT 0 ARGS sweep ${small} --seq 1024,2048 --lora-targets q_proj,v_proj --json
+  MATCH "\"method\":\"allocator simulation\"")
