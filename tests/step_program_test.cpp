@@ -92,3 +92,51 @@ TEST_CASE("the recorded HF + PEFT programs cover LoRA steps of the recorded kind
   math.attention = Attention::math;
   CHECK(hf_peft_program_gap(smol, math) != nullptr);
 }
+
+#ifdef VRAMFIT_HAS_JSON
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "vramfit/replay.hpp"
+
+// Traces of real models recorded on the H200 in a process of their own or as its first arms
+// (tests/validation/trace_capture.py: build, then two steps, no empty_cache between): shapes,
+// layer counts and batch sizes the programs were not recorded at. The simulated peaks of the
+// first step and of both steps must equal the measured ones to the byte (but for the workspace
+// noted below).
+TEST_CASE("recorded programs give real models' measured peaks exactly") {
+  int checked = 0;
+  for (const char* name : {"smollm2-135m-lora-r8-attn-s1024", "smollm2-135m-lora-r16-all-s1024",
+                           "qwen2.5-0.5b-lora-r8-attn-gc-s1024", "tinyllama-1.1b-lora-r8-attn-s1024",
+                           "llama-3.2-1b-lora-r8-attn-gc-s3000"}) {
+    CAPTURE(name);
+    std::ifstream in(std::string(VRAMFIT_TEST_DATA_DIR) + "/traces/" + name + ".jsonl");
+    REQUIRE(in);
+    std::string line;
+    nlohmann::json row;
+    while (std::getline(in, line))
+      if (auto j = nlohmann::json::parse(line); j.value("kind", "") == "trace") row = j;
+    REQUIRE(row.is_object());
+    const nlohmann::json& arm = row["arm"];
+    const ModelShape shape = detail::shape_from(arm, name);
+    const Step step = detail::step_from(arm, name, true);
+    std::uint64_t first = 0, steady = 0;
+    for (const auto& [k, phase] : row["phases"]["step1"].items()) first = std::max<std::uint64_t>(first, phase["peak"]);
+    steady = first;
+    for (const auto& [k, phase] : row["phases"]["step2"].items()) steady = std::max<std::uint64_t>(steady, phase["peak"]);
+    const Bytes baseline(row["baseline"].get<std::uint64_t>());
+    const auto r = simulate_hf_peft(shape, step, max(baseline, hf_peft_process_bytes(shape, step)), false);
+    REQUIRE(r.has_value());
+    // With q/k/v bias and checkpointing, the autograd thread's 1 MiB cuBLASLt workspace is counted
+    // from the start; a fresh process takes it in its first backward, after the first step's peak.
+    const std::uint64_t lt = shape.qkv_bias && step.gradient_checkpointing ? (1u << 20) : 0;
+    CHECK(r->first.count() >= first);
+    CHECK(r->first.count() <= first + lt);
+    CHECK(r->steady.count() == steady);
+    ++checked;
+  }
+  CHECK(checked == 5);
+}
+#endif
