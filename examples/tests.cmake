@@ -284,3 +284,5 @@ vramfit_cli_test(predict_libtorch_json EXIT 0 ARGS predict ${small} --stack libt
   MATCH "\"method\": \"closed form\"" "\"available\": false")
 vramfit_cli_test(sweep_simulated_json EXIT 0 ARGS sweep ${small} --seq 1024,2048 --lora-targets q_proj,v_proj --json
   MATCH "\"method\":\"allocator simulation\"")
+vramfit_cli_test(predict_outside_program_range EXIT 0 ARGS predict ${small} --seq 100
+  MATCH "no allocator simulation: outside the range the programs are used in")

@@ -54,6 +54,10 @@ inline const programs::hf_peft::Entry* find_hf_peft_entry(const ModelShape& m, c
   if (!m.gated_mlp) return fail("recorded for gated (SwiGLU) MLPs only");
   if (s.mode == Mode::full)
     return fail("full fine-tuning has no program: some of its backward requests are not products of the dimensions");
+  // Checked at seq 416 to 8192 and batch 1 to 7: outside a margin of that, SDPA may pick another
+  // kernel (with other workspaces) and the programs are not used.
+  if (s.seq < 256 || s.seq > 16384 || s.batch > 16)
+    return fail("outside the range the programs are used in (seq 256 to 16384, batch up to 16)");
   const std::uint64_t hd = m.head_dimension();
   const unsigned hd_bit = hd == 64 ? 1u : hd == 128 ? 2u : 0u;
   if (hd_bit == 0) return fail("recorded at head_dim 64 and 128 only");
