@@ -90,7 +90,7 @@ class StepProgram {
     std::vector<std::uint64_t> sizes;
     sizes.reserve(sizes_.size());
     for (const auto& s : sizes_) sizes.push_back(evaluate(s, dims));
-    Run r(*this, dims, layers, sizes);
+    Run r(*this, layers, sizes);
     ProgramPeaks out;
     int step = 0;
     for (std::size_t b = 0; b < blocks_.size(); ++b) {
@@ -167,10 +167,9 @@ class StepProgram {
   }
 
   struct Run {
-    Run(const StepProgram& program, const ProgramDims& d, std::uint64_t l, const std::vector<std::uint64_t>& s)
-        : p(program), dims(d), L(l), sizes(s) {}
+    Run(const StepProgram& program, std::uint64_t l, const std::vector<std::uint64_t>& s)
+        : p(program), L(l), sizes(s) {}
     const StepProgram& p;
-    const ProgramDims& dims;
     std::uint64_t L;
     const std::vector<std::uint64_t>& sizes;
     CachingAllocatorModel model;
@@ -181,8 +180,14 @@ class StepProgram {
     bool track = false;
     std::size_t requests = 0;
 
+    static std::uint64_t count_key(std::int64_t b, std::int64_t part) { return idx(b) * 256 + idx(part); }
+    // The key of request k of the current unit: a literal part (type 0), repetition c of a
+    // repeat (type 1) or layer c (type 2).
+    static std::uint64_t unit_key(std::uint64_t type, std::int64_t b, std::int64_t part, std::int64_t c, std::int64_t k) {
+      return key(type, idx(b), type == 2 ? 0 : idx(part), type == 0 ? 0 : idx(c), idx(k));
+    }
     std::int64_t count_of(std::int64_t b, std::int64_t part) const {
-      const auto it = counts.find(static_cast<std::uint64_t>(b) * 256 + static_cast<std::uint64_t>(part));
+      const auto it = counts.find(count_key(b, part));
       if (it == counts.end()) throw InvalidInput("program", "a reference names a repeat not run yet");
       return it->second;
     }
@@ -195,7 +200,7 @@ class StepProgram {
       const auto* a = t.a;
       const std::int64_t Ls = static_cast<std::int64_t>(L);
       switch (t.op) {
-        case 1: return key(unit_type, idx(b), unit_type == 2 ? 0 : idx(part), idx(c), idx(a[0]));  // self
+        case 1: return unit_key(unit_type, b, part, c, a[0]);                                       // self
         case 2: return key(1, idx(b), idx(part), idx(c + a[0]), idx(a[1]));                        // cand
         case 3: return key(1, idx(b), idx(a[0]), idx(c + a[1]), idx(a[2]));                        // rep
         case 4: return key(1, idx(b), idx(a[0]), idx(count_of(b, a[0]) - 1 - c + a[1]), idx(a[2]));  // repM
@@ -213,14 +218,14 @@ class StepProgram {
     }
 
     void tokens(const std::vector<Token>& ts, std::int64_t b, std::int64_t part, std::int64_t c, std::uint64_t unit_type) {
-      std::uint64_t k = 0;
+      std::int64_t k = 0;
       for (const Token& t : ts) {
         if (t.op == 0) {
           if (t.a[0] < 0 || static_cast<std::size_t>(t.a[0]) >= sizes.size())
             throw InvalidInput("program", "size index out of range");
           const auto h = model.malloc(sizes[static_cast<std::size_t>(t.a[0])]);
           ++requests;
-          live[key(unit_type, idx(b), unit_type == 2 ? 0 : idx(part), unit_type == 0 ? 0 : idx(c), k++)] = h;
+          live[unit_key(unit_type, b, part, c, k++)] = h;
           if (track && model.allocated() > peak) {
             peak = model.allocated();
             peak_phase = phase;
@@ -247,7 +252,7 @@ class StepProgram {
           }
           const std::int64_t n = static_cast<std::int64_t>(L) - part.c;
           if (n < 0) throw InvalidInput("layers", "too few layers for this program");
-          counts[static_cast<std::uint64_t>(b) * 256 + s] = n;
+          counts[count_key(b, si)] = n;
           for (std::int64_t m = 0; m < n; ++m) tokens(part.tokens, b, si, m, 1);
         }
         return;
