@@ -77,6 +77,18 @@ inline bool optional_bool(const nlohmann::json& row, const char* key, bool fallb
   return it->get<bool>();
 }
 
+/// One line of a JSON-lines file as an object; `where` names the file and line in errors.
+inline nlohmann::json parse_row(const std::string& text, const std::string& where) {
+  nlohmann::json row;
+  try {
+    row = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InvalidInput(where, std::string("not JSON: ") + e.what());
+  }
+  if (!row.is_object()) throw InvalidInput(where, "a row must be a JSON object");
+  return row;
+}
+
 inline ModelShape shape_from(const nlohmann::json& row, const std::string& where) {
   const auto& s = require(row, "shape", where);
   const std::string at = where + ": shape";
@@ -126,13 +138,7 @@ inline Measurements parse_measurements(std::istream& in, const std::string& sour
     ++line;
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = source + ":" + std::to_string(line);
-    nlohmann::json row;
-    try {
-      row = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw InvalidInput(where, std::string("not JSON: ") + e.what());
-    }
-    if (!row.is_object()) throw InvalidInput(where, "a row must be a JSON object");
+    const nlohmann::json row = detail::parse_row(text, where);
     const std::string kind = row.value("kind", std::string());
     const bool failed = row.contains("error") && !row["error"].is_null();
     if (failed || (kind != "step" && kind != "max_batch")) {
@@ -197,13 +203,8 @@ inline AllocatorTrace load_trace(const std::filesystem::path& path) {
   while (std::getline(in, text)) {
     ++line;
     const std::string where = path.filename().string() + ":" + std::to_string(line);
-    nlohmann::json row;
-    try {
-      row = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw InvalidInput(where, std::string("not JSON: ") + e.what());
-    }
-    if (!row.is_object() || row.value("kind", std::string()) != "trace") continue;
+    const nlohmann::json row = detail::parse_row(text, where);
+    if (row.value("kind", std::string()) != "trace") continue;
     AllocatorTrace t;
     if (const auto arm = row.find("arm"); arm != row.end() && arm->is_object())
       t.model = arm->value("model", std::string("custom"));
