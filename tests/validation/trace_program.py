@@ -12,7 +12,7 @@ Usage: python3 trace_program.py TRACES.jsonl[.gz] --header OUT.hpp
   The committed programs: python3 tests/validation/trace_program.py \
       tests/data/traces/hf_peft_probe_traces.jsonl.gz --header include/vramfit/programs/hf_peft.hpp
 """
-import argparse, gzip, itertools, json, re, sys
+import argparse, gzip, itertools, json, sys
 DIMS = ['B','S','h','i','H','kvh','d','V','r','S1']
 def dims_of(arm):
     s = arm['shape']
@@ -98,19 +98,10 @@ class Trace:
             else:
                 self.tokens.append(('F', -e))
 
-    def regions(self):
-        """Cut the token list at the marks: [(label, start, end)]."""
-        pts = [(0, 'build')] + [(p, l) for p, l in self.marks]
-        out = []
-        for (p, l), (q, _) in zip(pts, pts[1:] + [(len(self.tokens), 'eof')]):
-            out.append((l, p, q))
-        return out
-
-LAYER_RE = re.compile(r'^step(\d)\.(forward|backward)\.(layer|layer_end|recompute)(\d+)$')
 
 def locate(tr):
-    """Assign every allocation a location: (region, j or None, idx). Returns (sections, loc)
-    sections: ordered list of dicts {name, j, start, end} covering the tokens up to 'end'."""
+    """Cut the events at the marks into sections: an ordered list of dicts {name, j, start, end}
+    (j the decoder layer, None outside the layers) covering the events up to 'end'."""
     L = tr.L
     marks = [(p, l) for p, l in tr.marks]
     pos = {l: p for p, l in marks}
@@ -142,11 +133,9 @@ def locate(tr):
         assert a['end'] == b['start'], (a, b)
     return secs
 
-class Program:
-    """Blocks in order. A block: {'kind': 'lit'|'rep'|'layer', ...}
-    lit: tokens; rep (in an unlayered region): unit tokens, count = L - c, coordinate j = m + o;
-    layer (fwd/bwd family): per-j sections: template for j in [lo, L-1-hi], specials otherwise."""
-
+# A program: blocks in order, each a literal block (its tokens; finalize() splits it into literal
+# parts and per-layer repeats, count = L - c) or a layer family (forward or backward: a section per
+# layer j, a template for the middle layers and specials for the first lo and last hi).
 def build_program(tr):
     L = tr.L
     secs = locate(tr)
@@ -159,7 +148,6 @@ def build_program(tr):
         """Encode a free relative to the current position (cur_j: the current layer or rep
         coordinate, None in a literal). unit_start_ord: ordinals >= it are in the current unit."""
         b, j, idx = where[ordinal]
-        blk = blocks[b] if b < len(blocks) else None
         if b == cur_block and unit_start_ord is not None and ordinal >= unit_start_ord:
             return ('self', ordinal - unit_start_ord)
         if j is None:
@@ -168,25 +156,15 @@ def build_program(tr):
             return ('rel', b, j - cur_j, idx)
         return ('lj', b, j, idx)   # a literal refers to a layer/rep j: resolved later against L
 
-    def lit_tokens(a, b, bid):
-        out = []
-        n = 0
-        for t in toks[a:b]:
-            if t[0] == 'A':
-                where[t[1]] = (bid, None, n)
-                out.append(('A', key(tr.alloc_expr[t[1]]), tr.alloc_expr[t[1]]))
-                n += 1
-            else:
-                out.append(('F', enc_free(t[1], None, bid, None)))
-        return out
-
     def section_tokens(a, b, bid, j):
+        """Tokens of events a..b of block bid: layer j's section, or a literal block (j None), whose
+        frees never name requests relative to a unit of their own."""
         out = []
         n = 0
         first = None
         for t in toks[a:b]:
             if t[0] == 'A':
-                if first is None: first = t[1]
+                if first is None and j is not None: first = t[1]
                 where[t[1]] = (bid, j, n)
                 out.append(('A', key(tr.alloc_expr[t[1]]), tr.alloc_expr[t[1]]))
                 n += 1
@@ -200,7 +178,7 @@ def build_program(tr):
         if s['j'] is None:
             bid = len(blocks)
             blocks.append({'kind': 'lit', 'name': s['name'], 'tokens': None})
-            blocks[bid]['tokens'] = lit_tokens(s['start'], s['end'], bid)
+            blocks[bid]['tokens'] = section_tokens(s['start'], s['end'], bid, None)
             i += 1
             continue
         # a layered family: consecutive sections with the same name
@@ -216,16 +194,6 @@ def build_program(tr):
 
 def strip(tokens):
     return [(t[0], t[1]) if t[0] == 'A' else t for t in tokens]
-
-def summarize(blocks, L):
-    for b, blk in enumerate(blocks):
-        if blk['kind'] == 'lit':
-            print(b, blk['name'], 'lit', len(blk['tokens']))
-        else:
-            secs = blk['sections']
-            js = sorted(secs)
-            same = [j for j in js if strip(secs[j]) == strip(secs[js[len(js)//2]])]
-            print(b, blk['name'], 'layer', [len(secs[j]) for j in js], 'template-equal j:', same)
 
 def detect_reps(tokens, bid, L, maxu=600):
     """Split a literal block's tokens into literal runs and per-layer repeats.
@@ -318,7 +286,7 @@ def finalize(blocks, L):
             out.append({'kind': 'layer', 'name': blk['name'], 'down': blk['name'].startswith('bwd'),
                         'raw': blk['sections']})
 
-    def conv(r, coord, in_layer_ctx):
+    def conv(r, coord):
         kind = r[0]
         if kind in ('self', 'cand', 'rep', 'rel'):
             return r
@@ -343,7 +311,7 @@ def finalize(blocks, L):
         if blk['kind'] == 'seq':
             for sub in blk['subs']:
                 if sub['kind'] == 'lit':
-                    sub['tokens'] = [t if t[0] == 'A' else ('F', conv(t[1], None, False)) for t in sub['tokens']]
+                    sub['tokens'] = [t if t[0] == 'A' else ('F', conv(t[1], None)) for t in sub['tokens']]
                 else:
                     # unit stored as repetition 0; 'lj' refs were normalised by detect to j - m
                     u = []
@@ -355,12 +323,12 @@ def finalize(blocks, L):
                         elif r[0] == 'repM':
                             cnt_t = blk['subs'][r[1]]['count']
                             r = ('repM', r[1], r[2] - (cnt_t - 1), r[3])             # mt = cnt-1-m+s
-                        elif r[0] == 'abs': r = conv(r, 0, False)
+                        elif r[0] == 'abs': r = conv(r, 0)
                         u.append(('F', r))
                     sub['unit'] = u
                     sub['count_c'] = L - sub['count']
         else:
-            secs = {j: [t if t[0] == 'A' else ('F', conv(t[1], j, True)) for t in toks]
+            secs = {j: [t if t[0] == 'A' else ('F', conv(t[1], j)) for t in toks]
                     for j, toks in blk['raw'].items()}
             js = sorted(secs)
             tmpl = strip(secs[js[len(js) // 2]])
