@@ -19,7 +19,7 @@ forward rerun inside the backward); and "trainable": the trainable parameters in
 With --frames, also DIR/frames-N.json.gz: the Python frame of every allocation (for analysis).
 Arms run in order in one process, as the harness runs a group.
 """
-import argparse, gzip, json, os, sys
+import argparse, contextlib, gzip, json, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_harness as H
 
@@ -88,33 +88,30 @@ def run_two_steps_marked(model, arm, marks):
     del ids, gen
     retained = arm["logits_retained"]
     phases = {}
+
+    @contextlib.contextmanager
+    def phase(step, name):
+        begin = H._phase_begin()
+        marks.phase = "step%d.%s" % (step, name)
+        marks.mark(marks.phase)
+        yield
+        phases["step%d" % step][name] = H._phase_end(begin)
+
     for k in (1, 2):
-        ph = phases["step%d" % k] = {}
-        b = H._phase_begin()
-        marks.phase = "step%d.forward" % k
-        marks.mark(marks.phase)
-        out = model(**batch)
-        loss = out.loss
-        if not retained:
-            out = None
-        ph["forward"] = H._phase_end(b)
-        b = H._phase_begin()
-        marks.phase = "step%d.backward" % k
-        marks.mark(marks.phase)
-        loss.backward()
-        ph["backward"] = H._phase_end(b)
+        phases["step%d" % k] = {}
+        with phase(k, "forward"):
+            out = model(**batch)
+            loss = out.loss
+            if not retained:
+                out = None
+        with phase(k, "backward"):
+            loss.backward()
         loss = None
-        b = H._phase_begin()
-        marks.phase = "step%d.optimizer" % k
-        marks.mark(marks.phase)
-        optimizer.step()
-        ph["optimizer"] = H._phase_end(b)
+        with phase(k, "optimizer"):
+            optimizer.step()
         out = None
-        b = H._phase_begin()
-        marks.phase = "step%d.zero_grad" % k
-        marks.mark(marks.phase)
-        optimizer.zero_grad(set_to_none=True)
-        ph["zero_grad"] = H._phase_end(b)
+        with phase(k, "zero_grad"):
+            optimizer.zero_grad(set_to_none=True)
     marks.phase = "end"
     marks.mark("end")
     trainable = [[n, list(p.shape), str(p.dtype)] for n, p in model.named_parameters() if p.requires_grad]
