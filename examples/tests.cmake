@@ -278,8 +278,10 @@ vramfit_cli_test(predict_simulated EXIT 0 ARGS predict ${small} --seq 1024 --lor
   MATCH "allocator simulation of the recorded HF \\+ PEFT step \\([0-9]+ requests\\): peak [0-9.]+ [GM]B in the backward")
 vramfit_cli_test(predict_simulated_json EXIT 0 ARGS predict ${small} --seq 1024 --lora-targets all-linear --json
   MATCH "\"method\": \"allocator simulation\"" "\"available\": true" "\"closed_form_peak_bytes\": ${json_number}")
-vramfit_cli_test(predict_full_not_simulated EXIT 0 ARGS predict ${small} --mode full --seq 1024
-  MATCH "no allocator simulation: full fine-tuning has no program")
+vramfit_cli_test(predict_full_simulated EXIT 0 ARGS predict ${small} --mode full --seq 1024
+  MATCH "allocator simulation of the recorded HF . PEFT step")
+vramfit_cli_test(predict_batch_not_simulated EXIT 0 ARGS predict ${small} --mode full --seq 1024 --batch 32
+  MATCH "no allocator simulation: outside the range the programs are used in")
 vramfit_cli_test(predict_libtorch_json EXIT 0 ARGS predict ${small} --stack libtorch --json
   MATCH "\"method\": \"closed form\"" "\"available\": false")
 vramfit_cli_test(sweep_simulated_json EXIT 0 ARGS sweep ${small} --seq 1024,2048 --lora-targets q_proj,v_proj --json

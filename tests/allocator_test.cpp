@@ -9,6 +9,11 @@
 #include "vramfit/allocator.hpp"
 #include "support.hpp"
 #ifdef VRAMFIT_HAS_JSON
+#include <map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
 #include "vramfit/replay.hpp"
 #endif
 
@@ -140,6 +145,44 @@ TEST_CASE("recorded traces replay to the measured peaks, to the byte") {
     CHECK(r.peak_requested == t.peak_requested);
     CHECK(r.peak_allocated > r.peak_requested);  // the slack the closed-form terms estimate
   }
+}
+
+// A full fine-tuning trace recorded with the segments' addresses (trace_capture.py --addresses):
+// with the addresses ascending the model misses the measured peak by 2 MiB, with them descending it
+// over-counts it by 3.6 MiB; placing each segment where the driver put it (segments the process
+// held before recording, which it did not see, go far away) gives the peak to the byte.
+TEST_CASE("with the driver's segment addresses a full fine-tuning trace replays to the byte") {
+  std::ifstream in(std::string(VRAMFIT_TEST_DATA_DIR) + "/traces/smollm2-135m-full-gc-s2048-addresses.jsonl");
+  REQUIRE(in);
+  std::string line;
+  nlohmann::json row;
+  while (std::getline(in, line))
+    if (auto j = nlohmann::json::parse(line); j.value("kind", "") == "trace") row = j;
+  REQUIRE(row.is_object());
+  const auto events = row["events"].get<std::vector<std::int64_t>>();
+  std::map<std::size_t, std::uint64_t> opened;  // event index -> the segment the driver gave then
+  for (const auto& s : row["segments"]) opened.emplace(s[0].get<std::size_t>(), s[1].get<std::uint64_t>());
+  const auto replay = [&](Model m, bool placed) {
+    std::vector<Model::Handle> handles;
+    std::uint64_t far = 1ULL << 56;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      if (events[i] > 0) {
+        if (placed) {
+          const auto it = opened.find(i);
+          m.place_next_segment(it != opened.end() ? it->second : far);
+          far += 1ULL << 32;
+        }
+        handles.push_back(m.malloc(static_cast<std::uint64_t>(events[i])));
+      } else {
+        m.free(handles.at(static_cast<std::size_t>(-events[i] - 1)));
+      }
+    }
+    return m.peak_allocated().count() + row["baseline"].get<std::uint64_t>();
+  };
+  const auto measured = row["peak_allocated"].get<std::uint64_t>();
+  CHECK(replay(Model{}, true) == measured);
+  CHECK(replay(Model{}, false) == measured - 2 * MiB);
+  CHECK(replay(Model{Model::AddressOrder::descending}, false) == measured + 3735552);
 }
 
 TEST_CASE("a malformed trace names the field") {

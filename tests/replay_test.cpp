@@ -83,10 +83,10 @@ TEST_CASE("libtorch: measured reference steps of the Probe (H200, LibTorch 2.11)
   replay_steps(load("libtorch_steps.jsonl", "libtorch"), LibTorchPredictor{}, {0.965, 1.13}, 100);
 }
 
-// The exact path: every measured HF + PEFT step of a recorded kind (LoRA; vramfit/simulate.hpp),
-// its recorded step program run through the allocator model, as the harness ran it (cache emptied
-// after the build, on top of what the process held before the arm).
-TEST_CASE("hf-peft: recorded step programs give the measured peaks of LoRA steps") {
+// The exact path: every measured HF + PEFT step of a recorded kind (LoRA and full fine-tuning;
+// vramfit/simulate.hpp), its recorded step program run through the allocator model, as the harness
+// ran it (cache emptied after the build, on top of what the process held before the arm).
+TEST_CASE("hf-peft: recorded step programs give the measured peaks of LoRA and full fine-tuning steps") {
   const Measurements data = load("hf_steps.jsonl", "hf-peft");
   std::size_t checks = 0, exact = 0, under = 0;
   double lowest = 1e9, highest = 0;
@@ -104,8 +104,8 @@ TEST_CASE("hf-peft: recorded step programs give the measured peaks of LoRA steps
       CAPTURE(m.model);
       CAPTURE(to_string(over));
       CAPTURE(ratio);
-      CHECK(ratio >= 0.9997);
-      CHECK(ratio <= 1.0005);
+      CHECK(ratio >= 0.9996);
+      CHECK(ratio <= 1.002);
       ++checks;
       exact += predicted == real ? 1 : 0;
       under += predicted < real ? 1 : 0;
@@ -115,7 +115,7 @@ TEST_CASE("hf-peft: recorded step programs give the measured peaks of LoRA steps
   }
   MESSAGE("simulated " << checks << " checks: " << exact << " exact to the byte, " << under << " under; pred/real "
                        << lowest << " .. " << highest);
-  CHECK(checks >= 280);  // 140 LoRA steps, first and steady
-  CHECK(exact >= 258);   // measured: 258 of 280
+  CHECK(checks >= 352);  // 140 LoRA and 36 full fine-tuning steps, first and steady
+  CHECK(exact >= 303);   // measured: 303 of 352
   CHECK(under <= 4);     // measured: 4, each by 1 MiB or less
 }

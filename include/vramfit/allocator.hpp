@@ -22,7 +22,12 @@
 ///   allocated;
 /// - a freed block merges with free neighbours of its segment. Segments are released only by
 ///   `empty_cache` (no out-of-memory retry is modelled).
-/// New segments take ascending addresses (the order only breaks ties between equal free blocks).
+/// New segments take ascending addresses, or descending ones (`AddressOrder`). The order only breaks
+/// ties between equal free blocks, but those ties move the peak: the GPU driver places segments
+/// in virtual memory by rules of its own (in recorded traces, ascending at first, then descending
+/// in 32 MiB strides, small segments filling the gaps). With the real segment addresses given, the
+/// model reproduces the recorded full fine-tuning traces to the byte; with either synthetic order
+/// it can miss them by a few MiB either way, which is why `simulate_hf_peft` runs both orders.
 
 #include <cstddef>
 #include <cstdint>
@@ -50,6 +55,18 @@ class CachingAllocatorModel {
   static constexpr std::uint64_t kMinLargeAlloc = 10ULL << 20;
   static constexpr std::uint64_t kRoundLarge = 2ULL << 20;       // larger segments round up to this
 
+  /// The order of the addresses new segments take.
+  enum class AddressOrder : std::uint8_t { ascending, descending };
+
+  CachingAllocatorModel() = default;
+  explicit CachingAllocatorModel(AddressOrder order) : order_(order) {
+    if (order_ == AddressOrder::descending) next_address_ = 1ULL << 62;
+  }
+
+  /// The address the next segment opened takes (once), instead of the order's next one: to replay
+  /// a trace with the addresses the GPU driver gave.
+  void place_next_segment(std::uint64_t address) { next_segment_at_ = address; }
+
   /// The size a request of `bytes` rounds up to.
   static constexpr std::uint64_t round_size(std::uint64_t bytes) {
     if (bytes < kMinBlockSize) return kMinBlockSize;
@@ -74,8 +91,16 @@ class CachingAllocatorModel {
       pool.erase(it);
     } else {
       const std::uint64_t seg = segment_size(size);
-      b = make_block(next_address_, seg, small);
-      next_address_ = detail::checked_add(next_address_, seg);
+      if (next_segment_at_ != 0) {
+        b = make_block(next_segment_at_, seg, small);
+        next_segment_at_ = 0;
+      } else if (order_ == AddressOrder::descending) {
+        next_address_ = detail::checked_sub(next_address_, seg);
+        b = make_block(next_address_, seg, small);
+      } else {
+        b = make_block(next_address_, seg, small);
+        next_address_ = detail::checked_add(next_address_, seg);
+      }
       reserved_ = detail::checked_add(reserved_, seg);
       ++segments_;
     }
@@ -207,6 +232,8 @@ class CachingAllocatorModel {
   std::vector<Block> blocks_;
   std::vector<Handle> spare_;
   FreePool small_, large_;
+  AddressOrder order_ = AddressOrder::ascending;
+  std::uint64_t next_segment_at_ = 0;  // 0: none placed
   std::uint64_t next_address_ = 1ULL << 32;
   std::uint64_t allocated_ = 0, requested_ = 0, peak_allocated_ = 0, peak_requested_ = 0, reserved_ = 0;
   std::size_t segments_ = 0;

@@ -52,8 +52,6 @@ inline const programs::hf_peft::Entry* find_hf_peft_entry(const ModelShape& m, c
   if (s.precision != Precision::bf16) return fail("recorded in bf16 only");
   if (s.attention != Attention::flash) return fail("recorded with SDPA's default fused kernel only");
   if (!m.gated_mlp) return fail("recorded for gated (SwiGLU) MLPs only");
-  if (s.mode == Mode::full)
-    return fail("full fine-tuning has no program: some of its backward requests are not products of the dimensions");
   // Checked at seq 416 to 8192 and batch 1 to 7: outside a margin of that, SDPA may pick another
   // kernel (with other workspaces) and the programs are not used.
   if (s.seq < 256 || s.seq > 16384 || s.batch > 16)
@@ -113,16 +111,21 @@ inline std::optional<SimulatedPeak> simulate_hf_peft(const ModelShape& m, const 
   const ProgramDims d{.batch = s.batch, .seq = s.seq, .hidden = m.hidden, .intermediate = m.intermediate,
                       .heads = m.heads, .kv_heads = m.kv_heads, .head_dim = m.head_dimension(), .vocab = m.vocab,
                       .rank = s.mode == Mode::lora ? s.lora.rank : 0};
-  const ProgramPeaks r =
-      detail::parsed_hf_peft(*e).run(d, m.layers, baseline ? *baseline : hf_peft_process_bytes(m, s), empty_cache_after_build);
+  const StepProgram& program = detail::parsed_hf_peft(*e);
+  const Bytes held = baseline ? *baseline : hf_peft_process_bytes(m, s);
+  // Both address orders (see CachingAllocatorModel::AddressOrder): the larger peak of each.
+  const ProgramPeaks up = program.run(d, m.layers, held, empty_cache_after_build);
+  const ProgramPeaks down =
+      program.run(d, m.layers, held, empty_cache_after_build, CachingAllocatorModel::AddressOrder::descending);
   SimulatedPeak out;
-  out.first = r.first;
-  out.steady = r.steady;
-  out.after_build = r.after_build;
+  out.first = max(up.first, down.first);
+  out.steady = max(up.steady, down.steady);
+  out.after_build = max(up.after_build, down.after_build);
   const bool first = s.peak_over == PeakOver::first_step;
-  out.peak = first ? r.first : r.steady;
-  out.phase = StepProgram::phase_name(first ? r.first_phase : r.steady_phase);
-  out.requests = r.requests;
+  out.peak = first ? out.first : out.steady;
+  const ProgramPeaks& at = (first ? up.first >= down.first : up.steady >= down.steady) ? up : down;
+  out.phase = StepProgram::phase_name(first ? at.first_phase : at.steady_phase);
+  out.requests = up.requests;
   return out;
 }
 

@@ -12,6 +12,8 @@
 /// The flat form (int32): a size table, then blocks.
 ///   sizes:  n, then per size: terms, per term (coef, factors, f0..f3), then a constant; the
 ///           factors index `ProgramDims` (B S h i H kvh d V r, then 9: S + 1), -1 unused.
+///           terms -1 / -2: the staging buffer / semaphore of a split sum (`reduce_sizes`), then
+///           the outputs' and the inputs' products (factors, f0..f3 each) and a constant 0.
 ///   blocks: n, then per block: kind (0 sequence, 1 layers), step (0 build, 1, 2), phase
 ///           (0 build, 1 forward, 2 backward, 3 optimizer, 4 zero_grad), and
 ///           sequence: parts, per part: repeat? (0/1), c (a repeat runs layers - c times), tokens;
@@ -20,6 +22,7 @@
 ///   tokens: n, then 5 ints each: (0, size index, 0, 0, 0) requests; (kind, a, b, c, d) frees an
 ///           earlier request named relative to the current repeat or layer (see `resolve`).
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -27,6 +30,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "vramfit/allocator.hpp"
@@ -35,10 +39,12 @@
 
 namespace vramfit {
 
-/// The dimensions a program's sizes are written in.
+/// The dimensions a program's sizes are written in, and the GPU's multiprocessors (for the
+/// reductions' staging buffers; the programs were recorded on an H200, 132 of 2048 threads each).
 struct ProgramDims {
   std::uint64_t batch = 1, seq = 1, hidden = 0, intermediate = 0, heads = 0, kv_heads = 0, head_dim = 0,
                 vocab = 0, rank = 0;
+  std::uint64_t multiprocessors = 132, threads_per_multiprocessor = 2048;
   [[nodiscard]] std::uint64_t operator[](int k) const {
     switch (k) {
       case 0: return batch;
@@ -55,6 +61,48 @@ struct ProgramDims {
     }
   }
 };
+
+/// The bytes PyTorch's CUDA sum of a contiguous [inputs, outputs] bf16 tensor over its rows (fp32
+/// accumulation) asks the allocator for: a staging buffer and a semaphore when the launch
+/// configuration splits the rows across thread blocks, {0, 0} otherwise. A port of the sizes
+/// aten/src/ATen/native/cuda/Reduce.cuh derives (setReduceConfig for a reduction over a
+/// non-innermost dimension, ReduceConfig::global_memory_size and semaphore_size). In a full
+/// fine-tuning step the grads of the norm weights and of q/k/v biases are such sums; checked
+/// against recorded traces at outputs 342 to 1920 and 1,000 to 2,912 rows (4,718,592 B at 576 x
+/// 1024 on the H200).
+struct ReduceBytes {
+  std::uint64_t buffer = 0, semaphore = 0;
+};
+inline ReduceBytes reduce_sizes(std::uint64_t outputs, std::uint64_t inputs, std::uint64_t multiprocessors = 132,
+                                std::uint64_t threads_per_multiprocessor = 2048) {
+  if (outputs == 0 || inputs <= 1 || multiprocessors == 0) return {};
+  const auto last_pow2 = [](std::uint64_t n) {
+    std::uint64_t p = 1;
+    while (p * 2 <= n) p *= 2;
+    return p;
+  };
+  const auto div_up = [](std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0); };
+  std::uint64_t vec = 4;  // output columns a thread handles
+  while (outputs % vec != 0) vec /= 2;
+  const std::uint64_t dim0 = outputs / vec, dim1 = inputs, max_threads = 512 / vec;
+  const std::uint64_t d0 = dim0 < max_threads ? last_pow2(dim0) : max_threads;
+  const std::uint64_t d1 = dim1 < max_threads ? last_pow2(dim1) : max_threads;
+  std::uint64_t width = std::min<std::uint64_t>(d0, 32);
+  const std::uint64_t height = std::min(d1, max_threads / width);
+  width = std::min(d0, max_threads / height);
+  std::uint64_t step_output = width, step_input = 1;
+  const bool split_in_block = inputs >= std::min<std::uint64_t>(height * 16, 256);
+  if (split_in_block) step_input *= height;
+  else step_output *= height;
+  const std::uint64_t grid = div_up(outputs / vec, step_output);
+  const std::uint64_t per_thread = div_up(inputs, step_input);
+  const std::uint64_t target = multiprocessors * (threads_per_multiprocessor / (width * height));
+  if (!split_in_block || per_thread < 256 || grid > target) return {};
+  const std::uint64_t ctas = std::max(std::min(div_up(target, grid), div_up(per_thread, 16)), div_up(per_thread, 256));
+  if (ctas <= 1) return {};
+  using detail::checked_mul;
+  return {checked_mul(checked_mul(checked_mul(checked_mul(4, outputs), ctas), width), vec), checked_mul(4, grid)};
+}
 
 /// What running a program gives: peaks of allocated bytes from the first step on (the build's own
 /// transients are not in them), and where they fell.
@@ -83,14 +131,16 @@ class StepProgram {
 
   /// Runs the program for `layers` decoder layers; `baseline` bytes are allocated before it (the
   /// cuBLAS workspaces). With `empty_cache_after_build`, the cache is emptied between the build
-  /// and the first step (as the validation harness does).
+  /// and the first step (as the validation harness does). `order`: the addresses new segments
+  /// take in the allocator model.
   [[nodiscard]] ProgramPeaks run(const ProgramDims& dims, std::uint64_t layers, Bytes baseline,
-                                 bool empty_cache_after_build) const {
+                                 bool empty_cache_after_build,
+                                 CachingAllocatorModel::AddressOrder order = CachingAllocatorModel::AddressOrder::ascending) const {
     if (layers == 0 || layers > (1u << 20)) throw InvalidInput("layers", "must be 1 to 1048576");
     std::vector<std::uint64_t> sizes;
     sizes.reserve(sizes_.size());
     for (const auto& s : sizes_) sizes.push_back(evaluate(s, dims));
-    Run r(*this, layers, sizes);
+    Run r(*this, layers, sizes, order);
     ProgramPeaks out;
     int step = 0;
     for (std::size_t b = 0; b < blocks_.size(); ++b) {
@@ -129,6 +179,7 @@ class StepProgram {
   struct Size {
     std::vector<Term> terms;
     std::int64_t constant = 0;
+    int reduce = 0;  // 1 staging buffer, 2 semaphore: terms[0] the outputs, terms[1] the inputs
   };
   struct Token {
     std::int32_t op;
@@ -148,13 +199,21 @@ class StepProgram {
     std::vector<std::vector<Token>> lo_special, hi_special;
   };
 
+  static std::uint64_t product(const Term& t, const ProgramDims& d) {
+    std::uint64_t v = t.coef;
+    for (int f = 0; f < t.count; ++f) v = detail::checked_mul(v, d[t.factors[f]]);
+    return v;
+  }
+
+  // 0: no request (a sum that is not split at these dimensions).
   static std::uint64_t evaluate(const Size& s, const ProgramDims& d) {
-    std::uint64_t total = 0;
-    for (const Term& t : s.terms) {
-      std::uint64_t v = t.coef;
-      for (int f = 0; f < t.count; ++f) v = detail::checked_mul(v, d[t.factors[f]]);
-      total = detail::checked_add(total, v);
+    if (s.reduce != 0) {
+      const ReduceBytes r = reduce_sizes(product(s.terms[0], d), product(s.terms[1], d), d.multiprocessors,
+                                         d.threads_per_multiprocessor);
+      return s.reduce == 1 ? r.buffer : r.semaphore;
     }
+    std::uint64_t total = 0;
+    for (const Term& t : s.terms) total = detail::checked_add(total, product(t, d));
     if (s.constant < 0) return detail::checked_sub(total, static_cast<std::uint64_t>(-s.constant));
     return detail::checked_add(total, static_cast<std::uint64_t>(s.constant));
   }
@@ -167,13 +226,15 @@ class StepProgram {
   }
 
   struct Run {
-    Run(const StepProgram& program, std::uint64_t l, const std::vector<std::uint64_t>& s)
-        : p(program), L(l), sizes(s) {}
+    Run(const StepProgram& program, std::uint64_t l, const std::vector<std::uint64_t>& s,
+        CachingAllocatorModel::AddressOrder order)
+        : p(program), L(l), sizes(s), model(order) {}
     const StepProgram& p;
     std::uint64_t L;
     const std::vector<std::uint64_t>& sizes;
     CachingAllocatorModel model;
     std::unordered_map<std::uint64_t, CachingAllocatorModel::Handle> live;
+    std::unordered_set<std::uint64_t> skipped;
     std::unordered_map<std::uint64_t, std::int64_t> counts;  // (block, part) -> repeats
     Bytes peak{};
     int phase = 0, peak_phase = 0;
@@ -223,16 +284,26 @@ class StepProgram {
         if (t.op == 0) {
           if (t.a[0] < 0 || static_cast<std::size_t>(t.a[0]) >= sizes.size())
             throw InvalidInput("program", "size index out of range");
-          const auto h = model.malloc(sizes[static_cast<std::size_t>(t.a[0])]);
+          const std::uint64_t n = sizes[static_cast<std::size_t>(t.a[0])];
+          const auto key = unit_key(unit_type, b, part, c, k++);
+          if (n == 0) {  // not requested at these dimensions; its free is skipped too
+            skipped.insert(key);
+            continue;
+          }
+          const auto h = model.malloc(n);
           ++requests;
-          live[unit_key(unit_type, b, part, c, k++)] = h;
+          live[key] = h;
           if (track && model.allocated() > peak) {
             peak = model.allocated();
             peak_phase = phase;
           }
         } else {
-          const auto it = live.find(resolve(t, b, part, c, unit_type));
-          if (it == live.end()) throw InvalidInput("program", "a free names no live request");
+          const auto key = resolve(t, b, part, c, unit_type);
+          const auto it = live.find(key);
+          if (it == live.end()) {
+            if (skipped.erase(key) == 1) continue;
+            throw InvalidInput("program", "a free names no live request");
+          }
           model.free(it->second);
           live.erase(it);
         }
@@ -290,7 +361,22 @@ class StepProgram {
     };
     sizes_.resize(count(1 << 20));
     for (auto& s : sizes_) {
-      s.terms.resize(count(8));
+      const std::int32_t n = next();
+      if (n == -1 || n == -2) {  // a split sum's staging buffer or semaphore
+        s.reduce = -n;
+        s.terms.resize(2);
+        for (auto& t : s.terms) {
+          t.coef = 1;
+          t.count = static_cast<int>(count(4));
+          for (int& x : t.factors) x = next();
+          for (int k = 0; k < t.count; ++k)
+            if (t.factors[k] < 0 || t.factors[k] > 9) throw InvalidInput("program", "a size factor is out of range");
+        }
+        if (next() != 0) throw InvalidInput("program", "a reduction's size has a constant");
+        continue;
+      }
+      if (n < 0 || n > 8) throw InvalidInput("program", "a count is out of range");
+      s.terms.resize(static_cast<std::size_t>(n));
       for (auto& t : s.terms) {
         const std::int32_t coef = next();
         if (coef <= 0) throw InvalidInput("program", "a size coefficient must be positive");

@@ -125,6 +125,9 @@ def main():
     p.add_argument("--frames", action="store_true")
     p.add_argument("--marks", action="store_true",
                    help="mark phases and decoder layers (forward, backward) in the event list")
+    p.add_argument("--addresses", action="store_true",
+                   help="also record the address of every allocation and of every segment the "
+                        "allocator opens (to check the allocator model's choice of block)")
     p.add_argument("arms", nargs="+")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -152,13 +155,16 @@ def main():
         snap = torch.cuda.memory._snapshot()
         torch.cuda.memory._record_memory_history(enabled=None)
         ordinal = {}
-        events, frames = [], []
+        events, frames, addresses, segments = [], [], [], []
         count = 0
         for e in snap["device_traces"][torch.cuda.current_device()]:
+            if e["action"] == "segment_alloc":
+                segments.append([len(events), int(e["addr"]), int(e["size"])])
             if e["action"] == "alloc":
                 count += 1
                 ordinal[e["addr"]] = count
                 events.append(int(e["size"]))
+                addresses.append(int(e["addr"]))
                 if a.frames:
                     frames.append(frame_of(e))
             elif e["action"] == "free_completed":
@@ -169,6 +175,9 @@ def main():
                "peak_allocated": max(ph["peak"] for ph in phases),
                "peak_requested": max(ph["requested_peak"] for ph in phases),
                "live_at_end": len(ordinal), "events": events}
+        if a.addresses:
+            row["addresses"] = addresses
+            row["segments"] = segments   # [events before it, address, bytes]
         if marks:
             row["marks"] = marks.items
             row["trainable"] = trainable

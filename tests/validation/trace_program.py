@@ -20,14 +20,69 @@ def dims_of(arm):
             'kvh': s['kv_heads'], 'd': s['head_dim'], 'V': s['vocab'], 'r': arm.get('lora_rank') or 0,
             'S1': arm['seq'] + 1}
 COEFS = (1, 2, 4, 8, 16)
+CONSTANTS = set()   # request sizes read as constants (--constants)
 def monomials(maxdeg=4):
     out = [()]
     for k in range(1, maxdeg + 1):
         out += list(itertools.combinations_with_replacement(DIMS, k))
     return out
 MONOS = monomials()
+def mono_value(m, D):
+    v = 1
+    for x in m: v *= D[x]
+    return v
+
+
+# PyTorch's sum over a [tokens, n] tensor to [n] (the grad of a norm weight or of a bias) splits the
+# tokens across thread blocks when there are enough of them, and then asks the allocator for a
+# staging buffer and a semaphore. Their sizes follow the launch configuration that
+# aten/src/ATen/native/cuda/Reduce.cuh (setReduceConfig, ReduceConfig::global_memory_size and
+# semaphore_size) picks for a bf16 input summed in fp32, reduced over a non-innermost dimension, on
+# a GPU with `sms` multiprocessors of 2048 threads (the H200: 132). include/vramfit/step_program.hpp
+# has the same function; tests/step_program_test.cpp checks them against each other's figures.
+REDUCE_SMS = 132
+
+
+def reduce_sizes(outputs, inputs, sms=REDUCE_SMS, threads_per_sm=2048):
+    """(staging buffer bytes, semaphore bytes) of summing `inputs` rows of n = `outputs` bf16
+    columns in fp32; (0, 0) when the reduction stays within one block per output."""
+    if outputs <= 0 or inputs <= 1:
+        return 0, 0
+    def last_pow2(n):
+        p = 1
+        while p * 2 <= n: p *= 2
+        return p
+    def div_up(a, b): return -(-a // b)
+    vec = 4                                 # output vectorisation: 4, 2 or 1 columns a thread
+    while outputs % vec: vec //= 2
+    dim0, dim1 = outputs // vec, inputs
+    max_threads = 512 // vec
+    d0 = last_pow2(dim0) if dim0 < max_threads else max_threads
+    d1 = last_pow2(dim1) if dim1 < max_threads else max_threads
+    width = min(d0, 32)
+    height = min(d1, max_threads // width)
+    width = min(d0, max_threads // height)
+    threads = width * height
+    step_output, step_input = width, 1
+    split_in_block = inputs >= min(height * 16, 256)
+    if split_in_block: step_input *= height
+    else: step_output *= height
+    grid = div_up(outputs // vec, step_output)
+    per_thread = div_up(inputs, step_input)
+    target = sms * (threads_per_sm // threads)
+    if split_in_block and per_thread >= 256 and grid <= target:
+        ctas = max(min(div_up(target, grid), div_up(per_thread, 16)), div_up(per_thread, 256))
+        if ctas > 1:
+            return 4 * outputs * ctas * width * vec, 4 * grid
+    return 0, 0
+
+
 def value(expr, D):
-    """expr: list of [coef, monomial tuple, const]"""
+    """expr: {'terms': [[coef, monomial]...], 'c': const}, or a reduction's staging buffer or
+    semaphore {'reduce': 'buf'|'sem', 'out': monomial, 'in': monomial} (0: not requested)."""
+    if 'reduce' in expr:
+        b, s = reduce_sizes(mono_value(expr['out'], D), mono_value(expr['in'], D))
+        return b if expr['reduce'] == 'buf' else s
     tot = 0
     for c, m in expr['terms']:
         v = c
@@ -55,6 +110,8 @@ class Symbolizer:
             return {'terms': [[best[0], list(best[1])]]}, amb
         return None, []
     def symbolize(self, v):
+        if v in CONSTANTS:
+            return {'terms': [], 'c': v}, []
         e, amb = self.find(v)
         if e: return e, amb
         # attention backward workspace: 8*B*S*H*d + 4*B*S*H + 256 (cuDNN SDPA on this stack)
@@ -70,33 +127,65 @@ class Symbolizer:
                 return e, amb
         return {'terms': [], 'c': v}, []
 def key(expr):
+    if 'reduce' in expr:
+        return 'reduce_%s(%s;%s)' % (expr['reduce'], '*'.join(expr['out']), '*'.join(expr['in']))
     parts = ['%d*%s' % (c, '*'.join(m)) for c, m in expr['terms']]
     if expr.get('c'): parts.append(str(expr['c']))
     return '+'.join(parts) or '0'
 
 class Trace:
-    def __init__(self, row):
+    def __init__(self, row, symbolize=True):
         self.row = row
         self.arm = row['arm']
         self.L = self.arm['shape']['layers']
         self.D = dims_of(self.arm)
         sym = Symbolizer(self.D)
         self.events = row['events']
-        self.marks = row['marks']
+        self.marks = row.get('marks')
         # allocations: ordinal -> (expr, size)
         self.alloc_expr = {}
         self.tokens = []  # (kind, payload) ; A: ordinal ; F: ordinal freed
         k = 0
         self.unknown = {}
+        if not symbolize:
+            return
+        self.reductions = self.find_reductions()
         for e in self.events:
             if e > 0:
                 k += 1
-                ex, amb = sym.symbolize(e)
-                if not ex['terms'] and e >= 4096: self.unknown[e] = self.unknown.get(e, 0) + 1
+                ex, amb = (self.reductions[k], []) if k in self.reductions else sym.symbolize(e)
+                if not ex.get('terms') and 'reduce' not in ex and e >= 4096: self.unknown[e] = self.unknown.get(e, 0) + 1
                 self.alloc_expr[k] = ex
                 self.tokens.append(('A', k))
             else:
                 self.tokens.append(('F', -e))
+
+
+    def find_reductions(self):
+        """Staging buffers and semaphores of split reductions: a request, a request under 512 B,
+        the second freed and then the first, nothing in between. Each is matched to the
+        reduction of a [tokens, n] tensor that gives both sizes; ordinal -> expression."""
+        ev, out = self.events, {}
+        ords, k = [], 0
+        for e in ev:
+            if e > 0: k += 1
+            ords.append(k)
+        D = self.D
+        monos = [m for m in monomials(2) if m and all(D[x] for x in m)]
+        for i in range(len(ev) - 3):
+            buf, sem = ev[i], ev[i + 1]
+            if not (buf >= 4096 and 0 < sem < 512 and ev[i + 2] == -ords[i + 1] and ev[i + 3] == -ords[i]):
+                continue
+            found = [(o, n) for o in monos for n in (('B', 'S'),)
+                     if reduce_sizes(mono_value(o, D), mono_value(n, D)) == (buf, sem)]
+            if not found:
+                continue
+            if len(set(found)) > 1:
+                raise ValueError('reduction of %d B reads as %s' % (buf, found))
+            o, n = found[0]
+            out[ords[i]] = {'reduce': 'buf', 'out': list(o), 'in': list(n)}
+            out[ords[i + 1]] = {'reduce': 'sem', 'out': list(o), 'in': list(n)}
+        return out
 
 
 def locate(tr):
@@ -353,12 +442,18 @@ def expand(prog, L, D):
     counts = {}
 
     def alloc(keyt, expr):
+        v = value(expr, D)
+        if v == 0:              # a reduction that does not split at these dimensions
+            reg[keyt] = None
+            return
         counter[0] += 1
         reg[keyt] = counter[0]
-        events.append(value(expr, D))
+        events.append(v)
 
     def free(keyt):
-        events.append(-reg.pop(keyt))
+        k = reg.pop(keyt)
+        if k is not None:
+            events.append(-k)
 
     def resolve(r, ctx):
         kind = r[0]
@@ -468,6 +563,12 @@ def serialise(prog):
             for k in range(blk['hi']): body += toks(blk['specials'][('hi', k)])
     head = [len(exprs)]
     for e in exprs:
+        if 'reduce' in e:
+            head += [-1 if e['reduce'] == 'buf' else -2]
+            for m in (e['out'], e['in']):
+                head += [len(m)] + [DIM_CODE[x] for x in m] + [-1] * (4 - len(m))
+            head += [0]
+            continue
         head += [len(e['terms'])]
         for c, m in e['terms']:
             f = [DIM_CODE[x] for x in m] + [-1] * (4 - len(m))
@@ -526,6 +627,27 @@ def drop_process_allocations(events, nbytes):
     return out
 
 
+def large_pool(events):
+    """The requests over 1 MiB (the allocator's large pool) and their frees, renumbered: the
+    blocks the peak is made of. Small requests (under 1 MiB) live in 2 MiB segments of their own."""
+    out, k, new = [], 0, {}
+    for e in events:
+        if e > 0:
+            k += 1
+            if e > (1 << 20):
+                new[k] = len(new) + 1
+                out.append(e)
+        elif -e in new:
+            out.append(-new[-e])
+    return out
+
+
+def strip_trailing_frees(events):
+    n = len(events)
+    while n and events[n - 1] < 0: n -= 1
+    return events[:n]
+
+
 def first_difference(a, b):
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
@@ -537,7 +659,18 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("traces")
     p.add_argument("--header", help="write the verified programs as a C++ header")
+    p.add_argument("--stack", default="hf_peft", choices=("hf_peft", "libtorch"),
+                   help="whose programs: the header's namespace vramfit::programs::STACK (default hf_peft)")
+    p.add_argument("--constants", default="",
+                   help="comma-separated request sizes to keep as constants, not products of the "
+                        "dimensions (the cuBLAS workspaces a LibTorch step creates in its first step)")
+    p.add_argument("--check", nargs="+", default=[], metavar="TRACE",
+                   help="traces of real models (trace_capture.py, one process each): the verified "
+                        "program of the same kind must give their large-pool requests and frees "
+                        "exactly (at batch 1 the loss makes a few small requests more)")
     a = p.parse_args(argv)
+    global CONSTANTS
+    CONSTANTS = {int(x) for x in a.constants.split(',') if x}
     opener = gzip.open if a.traces.endswith('.gz') else open
     rows = [json.loads(l) for l in opener(a.traces, 'rt')]
     stack = next((r for r in rows if r.get('kind') == 'stack'), {})
@@ -576,14 +709,6 @@ def main(argv=None):
                 dims_checked.add(t2.D['d'])
         if len(rs) < 2:
             notes.append('one layer count only: not cross-checked')
-        if k[2] == 'full':
-            # Full fine-tuning's backward makes requests whose sizes are not products of the
-            # dimensions (1,488,384 B twice a layer at hidden 342 x 2080 tokens, none at 345 x 2912;
-            # most likely a reduction kernel's staging buffer for the weight grads, sized by its launch
-            # configuration). Replayed on the measured full fine-tuning steps the programs miss by up
-            # to 4.8 MB either way, so they are not used.
-            ok = False
-            notes.append('full fine-tuning: some backward requests are not written over the dimensions')
         status = 'ok' if ok and not tr.unknown else 'REJECTED'
         if status == 'ok':
             verified.append((k, prog, sorted(dims_checked)))
@@ -592,25 +717,53 @@ def main(argv=None):
             failed += 1
         print('%-9s %s %s' % (status, k, '; '.join(notes)), flush=True)
     print('%d kinds verified, %d rejected' % (len(verified), failed))
+    progs = {k: prog for k, prog, _ in verified}
+    for path in a.check:
+        for row in (json.loads(l) for l in (gzip.open if path.endswith('.gz') else open)(path, 'rt')):
+            if row.get('kind') != 'trace':
+                continue
+            arm, k = row['arm'], variant_key(row['arm'])
+            if k not in progs:
+                print('NO PROGRAM %s %s' % (path, k)); failed += 1
+                continue
+            tr = Trace(row, symbolize=False)
+            got = allocator_view(expand(progs[k], tr.L, tr.D))
+            if tr.marks:
+                want = allocator_view(events_to_end(tr))
+            else:   # no end mark: leave out the frees after the last request (the teardown)
+                want, got = (strip_trailing_frees(allocator_view(tr.events)), strip_trailing_frees(got))
+            same, large = got == want, large_pool(got) == large_pool(want)
+            failed += 0 if large else 1
+            print('%-9s %s (%s %dx%d, %d layers): %d events %s%s' % (
+                'same' if same else 'LARGE SAME' if large else 'DIFFERENT', path, arm.get('model'),
+                arm['batch'], arm['seq'], tr.L, len(want),
+                'all the same' if same else 'first difference at %d' % first_difference(got, want),
+                '' if same else ', large-pool requests %s' % ('the same' if large else 'differ at %d' % first_difference(large_pool(got), large_pool(want)))))
     if a.header:
-        write_header(a.header, verified, stack)
+        write_header(a.header, verified, stack, a.stack)
     return 0 if failed == 0 else 1
 
 
-def write_header(path, verified, stack):
+def write_header(path, verified, stack, ns='hf_peft'):
     out = []
     out.append('#pragma once')
-    out.append('/// @file programs/hf_peft.hpp')
-    out.append('/// Step programs of HF transformers + PEFT, generated by tests/validation/trace_program.py from')
-    out.append('/// traces recorded by tests/validation/trace_capture.py --marks on %s (torch %s, transformers %s,'
-               % (stack.get('gpu_name', '?'), stack.get('torch', '?'), stack.get('transformers', '?')))
-    out.append('/// peft %s). Do not edit: regenerate.' % stack.get('peft', '?'))
+    out.append('/// @file programs/%s.hpp' % ns)
+    if ns == 'hf_peft':
+        out.append('/// Step programs of HF transformers + PEFT, generated by tests/validation/trace_program.py from')
+        out.append('/// traces recorded by tests/validation/trace_capture.py --marks on %s (torch %s, transformers %s,'
+                   % (stack.get('gpu_name', '?'), stack.get('torch', '?'), stack.get('transformers', '?')))
+        out.append('/// peft %s). Do not edit: regenerate.' % stack.get('peft', '?'))
+    else:
+        out.append("/// Step programs of the Probe's LibTorch reference step (the libtorch profile), generated by")
+        out.append('/// tests/validation/trace_program.py --stack libtorch from traces recorded by')
+        out.append('/// `vramfit probe --stack libtorch --trace-out` on %s (LibTorch %s). Do not edit: regenerate.'
+                   % (stack.get('gpu', '?'), stack.get('torch', '?')))
     out.append('')
     out.append('#include <cstdint>')
     out.append('#include <span>')
     out.append('#include <string_view>')
     out.append('')
-    out.append('namespace vramfit::programs::hf_peft {')
+    out.append('namespace vramfit::programs::%s {' % ns)
     out.append('')
     out.append('/// One recorded kind of step.')
     out.append('struct Entry {')
@@ -652,7 +805,7 @@ def write_header(path, verified, stack):
             'true' if ret else 'false', name))
     out.append('};')
     out.append('')
-    out.append('}  // namespace vramfit::programs::hf_peft')
+    out.append('}  // namespace vramfit::programs::%s' % ns)
     open(path, 'w').write('\n'.join(out) + '\n')
 
 
