@@ -89,6 +89,7 @@ struct CliOptions {
   std::uint64_t repeats = 1;     ///< probe --repeats: runs of each step
   std::optional<std::filesystem::path> data;  ///< replay --data: a measurements file
   std::optional<std::filesystem::path> trace; ///< replay --trace: an allocator trace
+  std::optional<std::filesystem::path> trace_out; ///< probe --trace-out: where to write step traces
   bool stack_given = false;      ///< --stack was on the command line (replay: else each row's own)
   std::uint64_t world_size = 1;  ///< --world-size: data-parallel ranks
   ShardingChoice sharding{};     ///< --sharding: strategy, and the group size for hybrid
@@ -267,6 +268,11 @@ inline constexpr std::array flags = {
          "measure instead of checking steps: bytes per logits element of the loss (bf16 and fp32-upcast) "
          "across vocabularies, the extra memory of each SDPA backend and of the default, the stack record",
          bit(Command::probe), "", [](CliOptions& o, std::string_view, std::string_view) { o.instruments = true; }},
+    Flag{"--trace-out", "FILE",
+         "also record each step's allocator trace (every request and free of the build and two steps, with "
+         "phase and layer marks) and write it to FILE as JSON lines, for tests/validation/trace_program.py",
+         bit(Command::probe), "",
+         [](CliOptions& o, std::string_view, std::string_view v) { o.trace_out = std::filesystem::path(v); }},
     Flag{"--repeats", "N", "run each step N times, 1 to 100, to show the spread (default 1)", bit(Command::probe), "",
          [](CliOptions& o, std::string_view f, std::string_view v) {
            o.repeats = detail::parse_positive(f, v);
@@ -311,6 +317,7 @@ inline void check_combinations(const CliOptions& o) {
                                    "or give --trace FILE");
     if (o.trace && o.stack_given) throw InvalidInput("--stack", "does not apply to --trace (a trace has no prediction)");
   }
+  if (o.trace_out && o.instruments) throw InvalidInput("--trace-out", "records checked steps, not --instruments");
   if ((bit(o.command) & model_commands) == 0) return;
   if (o.model && o.config) throw InvalidInput("--config", "give either --model or --config, not both");
   if (!o.model && !o.config && !o.instruments)

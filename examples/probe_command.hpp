@@ -7,6 +7,9 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -86,6 +89,37 @@ inline std::string row_json(std::string_view model, std::string_view stack, cons
   return j.dump();
 }
 
+/// One step's allocator trace as a row of the form tests/validation/trace_capture.py writes.
+inline std::string trace_json(std::string_view model, std::string_view stack, const ModelShape& shape,
+                              const Step& step, const probe::CheckResult& r, const probe::AllocatorTrace& t) {
+  nlohmann::ordered_json arm;
+  arm["model"] = model;
+  arm["arch"] = shape.qkv_bias ? "qwen2" : "llama";
+  arm["shape"] = shape_json(shape);
+  arm["mode"] = to_string(step.mode);
+  arm["lora_rank"] = step.mode == Mode::lora ? nlohmann::ordered_json(step.lora.rank) : nlohmann::ordered_json();
+  arm["lora_targets"] =
+      step.mode == Mode::lora ? nlohmann::ordered_json(to_string(step.lora.targets)) : nlohmann::ordered_json();
+  arm["gradient_checkpointing"] = step.gradient_checkpointing;
+  arm["logits_retained"] = step.logits_retained;
+  arm["batch"] = step.batch;
+  arm["seq"] = step.seq;
+  nlohmann::ordered_json j;
+  j["kind"] = "trace";
+  j["stack_profile"] = stack;
+  j["arm"] = arm;
+  j["baseline"] = r.baseline.count();
+  j["phases"] = {{"step1", phase_json(r.step1)}, {"step2", phase_json(r.step2)}};
+  j["peak_allocated"] = max(r.step1.peak, r.step2.peak).count();
+  j["events"] = t.events;
+  nlohmann::ordered_json marks = nlohmann::ordered_json::array();
+  for (const auto& [pos, label] : t.marks) marks.push_back({pos, label});
+  j["marks"] = marks;
+  j["addresses"] = t.addresses;
+  j["segments"] = t.segments;
+  return j.dump();
+}
+
 inline int run_instruments(const CliOptions& o) {
   probe::PeakMeter meter(0);
   const probe::StackRecord record = probe::stack_record(0);
@@ -116,13 +150,31 @@ inline int run_probe_command(const CliOptions& o) {
                fmt::format("{:.1f}", static_cast<double>(record.total_memory.count()) / 1e9), record.torch_version,
                stack, describe(shape));
   std::vector<SweepRow> rows;
+  std::ofstream trace_file;
+  if (o.trace_out) {
+    trace_file.open(*o.trace_out, std::ios::app);
+    if (!trace_file) throw InvalidInput("--trace-out", "cannot write " + o.trace_out->string());
+    nlohmann::ordered_json stack_line = {{"kind", "stack"}};
+    const nlohmann::json record_json = probe::to_json(record);  // alive through the loop
+    for (const auto& [key, value] : record_json.items()) stack_line[key] = value;
+    trace_file << stack_line.dump() << '\n';
+  }
   for (std::uint64_t seq : o.seqs)
     for (std::uint64_t batch : o.batches)
       for (std::uint64_t k = 0; k < o.repeats; ++k) {
         const Step step = o.step(batch, seq);
         const Prediction prediction = o.stack == Stack::libtorch ? LibTorchPredictor{}.predict(shape, step)
                                                                  : HfPeftPredictor{}.predict(shape, step);
-        const probe::CheckResult r = probe.measure(shape, step, prediction.peak);
+        std::optional<probe::AllocatorTraceRecorder> recorder;
+        if (o.trace_out) recorder.emplace(0);
+        const probe::CheckResult r = probe.measure(shape, step, prediction.peak, recorder ? &*recorder : nullptr);
+        if (recorder) {
+          recorder->stop();
+          if (!r.out_of_memory() && recorder->trace().events.empty())
+            throw std::runtime_error("--trace-out: the allocator reported no requests during the step");
+          if (!r.out_of_memory()) trace_file << detail::trace_json(name, stack, shape, step, r, recorder->trace()) << '\n';
+          trace_file.flush();
+        }
         if (o.json) {
           std::puts(detail::row_json(name, stack, shape, step, r, k, record).c_str());
           std::fflush(stdout);

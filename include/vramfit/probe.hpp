@@ -25,6 +25,7 @@
 #include "vramfit/probe/instruments.hpp"
 #include "vramfit/probe/meter.hpp"
 #include "vramfit/probe/reference_step.hpp"
+#include "vramfit/probe/trace.hpp"
 #include "vramfit/step.hpp"
 
 namespace vramfit::probe {
@@ -101,8 +102,11 @@ public:
     return measure(model, step, Bytes(prediction.peak));
   }
 
-  /// The real step against an already computed prediction.
-  CheckResult measure(const ModelShape& model, const Step& step, Bytes predicted) {
+  /// The real step against an already computed prediction. With `recorder` (started before this
+  /// call), the reference step marks its phases and layers in the recorder's trace, "end" after
+  /// the second step, and the recording stops there.
+  CheckResult measure(const ModelShape& model, const Step& step, Bytes predicted,
+                      AllocatorTraceRecorder* recorder = nullptr) {
     CheckResult r;
     r.predicted = predicted;
     // A fresh process has no cuBLAS workspace and nothing cached: start like one.
@@ -125,9 +129,14 @@ public:
       } settle{meter_};
       try {
         ReferenceModel reference(model, step, options_, meter_.device());
+        if (recorder != nullptr) reference.set_marker([recorder](const std::string& label) { recorder->mark(label); });
         r.realised_seq = reference.realised_seq();
         r.step1 = reference.measure_step(meter_);
         r.step2 = reference.measure_step(meter_);
+        if (recorder != nullptr) {
+          recorder->mark("end");
+          recorder->stop();
+        }
       } catch (const c10::OutOfMemoryError& e) {  // the model and every tensor are already unwound
         oom = true;
         r.oom_requested = detail::requested_bytes(e.what());

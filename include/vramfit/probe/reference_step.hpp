@@ -40,6 +40,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -274,6 +275,14 @@ public:
     return step_impl(&meter);
   }
 
+  /// Called with a label at named points of each step, for an allocator trace
+  /// (`AllocatorTraceRecorder::mark`): "stepN.forward", ".forward.layerJ" and ".forward.layer_endJ"
+  /// around each decoder layer, ".backward", ".backward.layerJ" when the grad of layer J's output
+  /// arrives (before a checkpointed layer's recompute), ".optimizer", ".zero_grad". The labels are
+  /// those of tests/validation/trace_capture.py --marks. Empty: no marks, no hooks.
+  using Marker = std::function<void(const std::string&)>;
+  void set_marker(Marker marker) { marker_ = std::move(marker); }
+
   /// Width of the input ids (`ids.size(1)`): always the requested sequence length.
   [[nodiscard]] std::uint64_t realised_seq() const { return static_cast<std::uint64_t>(ids_.size(1)); }
   /// The kernel `at::_fused_sdp_choice` picked for layer 0's q, k, v in the last step (for a
@@ -332,6 +341,13 @@ private:
 
   mutable std::string attention_backend_;
   double last_loss_ = std::numeric_limits<double>::quiet_NaN();
+
+  Marker marker_;
+  int steps_run_ = 0;
+  std::string mark_prefix_;  // "stepN" of the step running
+  void mark(const std::string& what) const {
+    if (marker_) marker_(mark_prefix_ + "." + what);
+  }
 };
 
 // ---- construction -------------------------------------------------------------------------------
@@ -457,7 +473,10 @@ inline StepMeasurement ReferenceModel::step_impl(PeakMeter* meter) {
   const SdpScope attention(SdpFlags::only(step_.attention));  // for the whole step, recompute included
   torch::Tensor loss;
   torch::Tensor logits_kept;  // holds the logits through backward when the step says the caller does
+  mark_prefix_ = "step" + std::to_string(++steps_run_);
+  mark("forward");
   out.forward_peak = phase([&] { loss = forward_and_loss(logits_kept); });
+  mark("backward");
   out.backward_peak = phase([&] {
     loss.backward();
     last_loss_ = loss.item<double>();
@@ -466,8 +485,10 @@ inline StepMeasurement ReferenceModel::step_impl(PeakMeter* meter) {
     cos_ = torch::Tensor();
     sin_ = torch::Tensor();
   });
+  mark("optimizer");
   out.optimizer_peak = phase([&] {
     optimizer_->step();
+    mark("zero_grad");
     optimizer_->zero_grad(/*set_to_none=*/true);  // grads become undefined: freed
   });
   out.peak = max(max(out.forward_peak, out.backward_peak), out.optimizer_peak);
@@ -495,9 +516,18 @@ inline torch::Tensor ReferenceModel::forward_and_loss(torch::Tensor& logits_kept
   // Embedding: in full fine-tuning EmbeddingBackward saves the indices (the ids, alive anyway);
   // in LoRA E is frozen, no node, the output does not require grad.
   torch::Tensor hidden = at::embedding(embedding_, ids_);
-  for (std::size_t l = 0; l < layers_.size(); ++l)
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    mark("forward.layer" + std::to_string(l));
     hidden = step_.gradient_checkpointing ? detail::CheckpointedLayer::apply(hidden, anchor_, &calls_[l])
                                           : layer_forward(hidden, l);
+    if (marker_) {
+      mark("forward.layer_end" + std::to_string(l));
+      if (hidden.requires_grad())
+        hidden.register_hook([this, label = mark_prefix_ + ".backward.layer" + std::to_string(l)](auto&&) {
+          marker_(label);
+        });
+    }
+  }
   // Final norm: as any norm (see `norm`).
   torch::Tensor normed = norm(hidden, final_norm_);
   hidden = torch::Tensor();
