@@ -283,7 +283,9 @@ vramfit_cli_test(predict_full_simulated EXIT 0 ARGS predict ${small} --mode full
 vramfit_cli_test(predict_batch_not_simulated EXIT 0 ARGS predict ${small} --mode full --seq 1024 --batch 32
   MATCH "no allocator simulation: outside the range the programs are used in")
 vramfit_cli_test(predict_libtorch_json EXIT 0 ARGS predict ${small} --stack libtorch --json
-  MATCH "\"method\": \"closed form\"" "\"available\": false")
+  MATCH "\"method\": \"allocator simulation\"" "\"available\": true")
+vramfit_cli_test(predict_libtorch_fp32_closed_form EXIT 0 ARGS predict ${small} --stack libtorch --precision fp32
+  --attention math MATCH "no allocator simulation: recorded in bf16 only")
 vramfit_cli_test(sweep_simulated_json EXIT 0 ARGS sweep ${small} --seq 1024,2048 --lora-targets q_proj,v_proj --json
   MATCH "\"method\":\"allocator simulation\"")
 vramfit_cli_test(predict_outside_program_range EXIT 0 ARGS predict ${small} --seq 100

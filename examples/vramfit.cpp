@@ -65,13 +65,13 @@ auto with_predictor(vramfit::cli::Stack stack, F&& f) {
 }
 
 /// The prediction of one step under the chosen stack.
-/// The closed-form prediction, and for hf-peft steps of a recorded kind the allocator simulation
-/// of the recorded step program, which is then the peak reported (the closed form's terms stay
+/// The closed-form prediction, and for steps of a recorded kind (either stack) the allocator
+/// simulation of the recorded step program, which is then the peak reported (the closed form's terms stay
 /// the breakdown). `required` covers both peaks plus the allocator's margin.
 struct Predicted {
   Prediction p;                                  ///< closed form
   std::optional<vramfit::SimulatedPeak> sim;     ///< allocator simulation, where a program applies
-  const char* gap = nullptr;                     ///< why there is none (hf-peft only)
+  const char* gap = nullptr;                     ///< why there is none
   Bytes required;
   [[nodiscard]] Bytes peak() const { return sim ? sim->peak : p.peak; }
   [[nodiscard]] std::string_view method() const { return sim ? "allocator simulation" : "closed form"; }
@@ -94,12 +94,21 @@ Predicted predict(const CliOptions& o, const ModelShape& shape, const Step& step
       const Bytes margin = vramfit::HfPeftPredictor{}.margin()(out.sim->peak);
       out.required = vramfit::max(out.required, margin);
     }
+  } else {
+    // The Probe's flow: cuBLAS workspaces released and the cache emptied before the build, so the
+    // program makes them; no emptying after the build.
+    out.gap = vramfit::libtorch_program_gap(shape, step);
+    if (out.gap == nullptr) {
+      out.sim = vramfit::simulate_libtorch(shape, step, baseline.value_or(Bytes{}));
+      const Bytes margin = vramfit::LibTorchPredictor{}.margin()(out.sim->peak);
+      out.required = vramfit::max(out.required, margin);
+    }
   }
   return out;
 }
 
 Json simulation_json(const Predicted& r) {
-  if (!r.sim) return Json{{"available", false}, {"why", r.gap ? r.gap : "the libtorch stack has no recorded programs"}};
+  if (!r.sim) return Json{{"available", false}, {"why", r.gap ? r.gap : "no recorded program"}};
   return Json{{"available", true},
               {"peak_bytes", r.sim->peak.count()},
               {"first_step_bytes", r.sim->first.count()},
@@ -211,9 +220,10 @@ int run_predict(const CliOptions& o) {
     print_context(model, vramfit::describe(step), step);
     fmt::print("\n{}", p);
     if (r.sim)
-      fmt::print("\nallocator simulation of the recorded HF + PEFT step ({} requests): peak {} in the {}\n"
+      fmt::print("\nallocator simulation of the recorded {} step ({} requests): peak {} in the {}\n"
                  "(the prediction; the terms above are the closed form's breakdown, {} at its peak)\n",
-                 r.sim->requests, r.sim->peak, r.sim->phase, p.peak);
+                 o.stack == vramfit::cli::Stack::libtorch ? "LibTorch probe" : "HF + PEFT", r.sim->requests,
+                 r.sim->peak, r.sim->phase, p.peak);
     else if (r.gap)
       fmt::print("\nno allocator simulation: {}; the closed form is the prediction\n", r.gap);
     if (o.budget) {

@@ -51,7 +51,7 @@ TEST_CASE("malformed programs are errors that name the program") {
   extra.push_back(0);
   CHECK(bad(extra) == "program");  // trailing data
   auto factor = flat;
-  factor[6] = 10;  // size #1's first factor: no such dimension
+  factor[6] = 11;  // size #1's first factor: no such dimension
   CHECK(bad(factor) == "program");
   auto kind = flat;
   kind[43] = 99;  // the backward's token kind (block 2 starts at 36; its token at 43)
@@ -107,6 +107,37 @@ TEST_CASE("reduce_sizes gives the staging buffers recorded on the H200") {
   CHECK(reduce_sizes(576, 1).buffer == 0);
   // Fewer multiprocessors, fewer blocks a sum is split across.
   CHECK(reduce_sizes(576, 8192, 108).buffer <= reduce_sizes(576, 8192, 132).buffer);
+}
+
+// Flash attention's split accumulators as the H200's traces of the Probe's step show them:
+// SmolLM2-135M (9 heads, head_dim 64) at 1 x 1024 splits the keys 4 ways and asks for 147,456 B and
+// 9,437,184 B; Qwen2.5-0.5B (14 heads) at 1 x 1024 and the recorded arms (7 x 416, 15 heads) fill
+// the GPU without a split and ask for nothing.
+TEST_CASE("flash_accumulator_bytes gives the split accumulators recorded on the H200") {
+  CHECK(flash_splits(1, 9, 1024, 64) == 4);
+  CHECK(flash_accumulator_bytes(1, 9, 1024, 64).lse == 147456);
+  CHECK(flash_accumulator_bytes(1, 9, 1024, 64).out == 9437184);
+  CHECK(flash_splits(1, 14, 1024, 64) == 1);
+  CHECK(flash_accumulator_bytes(1, 14, 1024, 64).out == 0);
+  CHECK(flash_splits(7, 9, 416, 64) == 1);
+  CHECK(flash_splits(1, 9, 3000, 64) == 1);
+  CHECK(flash_splits(1, 9, 1024, 64, 1000) > 1);  // a GPU with more multiprocessors splits more
+}
+
+TEST_CASE("the recorded LibTorch programs cover the Probe's steps") {
+  const ModelShape smol = *find_preset("SmolLM2-135M");
+  Step s{.batch = 1, .seq = 1024, .lora = {.rank = 8, .targets = TargetSet::attention()}};
+  CHECK(libtorch_program_gap(smol, s) == nullptr);
+  const auto lora = simulate_libtorch(smol, s);
+  REQUIRE(lora.has_value());
+  Step full = s;
+  full.mode = Mode::full;
+  REQUIRE(simulate_libtorch(smol, full).has_value());
+  CHECK(simulate_libtorch(smol, full)->peak > lora->peak);
+  Step fp16 = s;
+  fp16.precision = Precision::fp16;
+  CHECK(libtorch_program_gap(smol, fp16) != nullptr);
+  CHECK_FALSE(simulate_libtorch(smol, fp16).has_value());
 }
 
 TEST_CASE("the recorded HF + PEFT programs cover LoRA and full fine-tuning steps of the recorded kinds") {

@@ -19,6 +19,7 @@
 #include "vramfit/model.hpp"
 #include "vramfit/profiles.hpp"
 #include "vramfit/programs/hf_peft.hpp"
+#include "vramfit/programs/libtorch.hpp"
 #include "vramfit/step.hpp"
 #include "vramfit/step_program.hpp"
 
@@ -43,8 +44,10 @@ inline std::string_view lora_targets_key(const Step& s) {
   return "?";
 }
 
-inline const programs::hf_peft::Entry* find_hf_peft_entry(const ModelShape& m, const Step& s, const char** why) {
-  const auto fail = [&](const char* w) -> const programs::hf_peft::Entry* {
+// The recorded entry of the step's kind among `entries` (either stack's table), or nullptr and why.
+template <class Entry, std::size_t N>
+const Entry* find_entry(const Entry (&entries)[N], const ModelShape& m, const Step& s, const char** why) {
+  const auto fail = [&](const char* w) -> const Entry* {
     if (why) *why = w;
     return nullptr;
   };
@@ -63,7 +66,7 @@ inline const programs::hf_peft::Entry* find_hf_peft_entry(const ModelShape& m, c
   const std::string_view mode = s.mode == Mode::lora ? "lora" : "full";
   const std::string_view targets = lora_targets_key(s);
   if (targets == "?") return fail("LoRA targets recorded: q_proj,v_proj; q_proj,k_proj,v_proj,o_proj; all-linear");
-  for (const auto& e : programs::hf_peft::entries) {
+  for (const auto& e : entries) {
     if (e.arch == arch && e.tied == m.tied_embeddings && e.mode == mode && e.targets == targets &&
         e.checkpointing == s.gradient_checkpointing && e.logits_retained == s.logits_retained) {
       if ((e.head_dims & hd_bit) == 0) return fail("this kind of step was not checked at this head_dim");
@@ -74,20 +77,54 @@ inline const programs::hf_peft::Entry* find_hf_peft_entry(const ModelShape& m, c
   return fail("this kind of step (architecture, head, mode, checkpointing, kept logits) was not recorded");
 }
 
-inline const StepProgram& parsed_hf_peft(const programs::hf_peft::Entry& e) {
-  static const std::vector<StepProgram> all = [] {
+template <class Entry, std::size_t N>
+const StepProgram& parsed(const Entry (&entries)[N], const Entry& e) {
+  static const std::vector<StepProgram> all = [&] {
     std::vector<StepProgram> v;
-    for (const auto& x : programs::hf_peft::entries) v.emplace_back(x.program);
+    for (const auto& x : entries) v.emplace_back(x.program);
     return v;
   }();
-  return all[static_cast<std::size_t>(&e - programs::hf_peft::entries)];
+  return all[static_cast<std::size_t>(&e - entries)];
+}
+
+inline ProgramDims program_dims(const ModelShape& m, const Step& s) {
+  return ProgramDims{.batch = s.batch, .seq = s.seq, .hidden = m.hidden, .intermediate = m.intermediate,
+                     .heads = m.heads, .kv_heads = m.kv_heads, .head_dim = m.head_dimension(), .vocab = m.vocab,
+                     .rank = s.mode == Mode::lora ? s.lora.rank : 0};
+}
+
+// Runs `program` with both address orders (see CachingAllocatorModel::AddressOrder) and keeps
+// the larger peak of each.
+inline SimulatedPeak simulate_both_orders(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
+                                          bool empty_cache_after_build) {
+  const ProgramDims d = program_dims(m, s);
+  const ProgramPeaks up = program.run(d, m.layers, held, empty_cache_after_build);
+  const ProgramPeaks down =
+      program.run(d, m.layers, held, empty_cache_after_build, CachingAllocatorModel::AddressOrder::descending);
+  SimulatedPeak out;
+  out.first = max(up.first, down.first);
+  out.steady = max(up.steady, down.steady);
+  out.after_build = max(up.after_build, down.after_build);
+  const bool first = s.peak_over == PeakOver::first_step;
+  out.peak = first ? out.first : out.steady;
+  const ProgramPeaks& at = (first ? up.first >= down.first : up.steady >= down.steady) ? up : down;
+  out.phase = StepProgram::phase_name(first ? at.first_phase : at.steady_phase);
+  out.requests = up.requests;
+  return out;
 }
 }  // namespace detail
 
 /// Why no recorded HF + PEFT program applies to this model and step, or nullptr when one does.
 inline const char* hf_peft_program_gap(const ModelShape& m, const Step& s) {
   const char* why = nullptr;
-  (void)detail::find_hf_peft_entry(m, s, &why);
+  (void)detail::find_entry(programs::hf_peft::entries, m, s, &why);
+  return why;
+}
+
+/// Why no recorded program of the Probe's LibTorch step applies, or nullptr when one does.
+inline const char* libtorch_program_gap(const ModelShape& m, const Step& s) {
+  const char* why = nullptr;
+  (void)detail::find_entry(programs::libtorch::entries, m, s, &why);
   return why;
 }
 
@@ -106,27 +143,20 @@ inline std::optional<SimulatedPeak> simulate_hf_peft(const ModelShape& m, const 
                                                      std::optional<Bytes> baseline = std::nullopt,
                                                      bool empty_cache_after_build = false) {
   validate(m);
-  const auto* e = detail::find_hf_peft_entry(m, s, nullptr);
+  const auto* e = detail::find_entry(programs::hf_peft::entries, m, s, nullptr);
   if (e == nullptr) return std::nullopt;
-  const ProgramDims d{.batch = s.batch, .seq = s.seq, .hidden = m.hidden, .intermediate = m.intermediate,
-                      .heads = m.heads, .kv_heads = m.kv_heads, .head_dim = m.head_dimension(), .vocab = m.vocab,
-                      .rank = s.mode == Mode::lora ? s.lora.rank : 0};
-  const StepProgram& program = detail::parsed_hf_peft(*e);
-  const Bytes held = baseline ? *baseline : hf_peft_process_bytes(m, s);
-  // Both address orders (see CachingAllocatorModel::AddressOrder): the larger peak of each.
-  const ProgramPeaks up = program.run(d, m.layers, held, empty_cache_after_build);
-  const ProgramPeaks down =
-      program.run(d, m.layers, held, empty_cache_after_build, CachingAllocatorModel::AddressOrder::descending);
-  SimulatedPeak out;
-  out.first = max(up.first, down.first);
-  out.steady = max(up.steady, down.steady);
-  out.after_build = max(up.after_build, down.after_build);
-  const bool first = s.peak_over == PeakOver::first_step;
-  out.peak = first ? out.first : out.steady;
-  const ProgramPeaks& at = (first ? up.first >= down.first : up.steady >= down.steady) ? up : down;
-  out.phase = StepProgram::phase_name(first ? at.first_phase : at.steady_phase);
-  out.requests = up.requests;
-  return out;
+  return detail::simulate_both_orders(detail::parsed(programs::hf_peft::entries, *e), m, s,
+                                      baseline ? *baseline : hf_peft_process_bytes(m, s), empty_cache_after_build);
+}
+
+/// The peak of the Probe's LibTorch step (`vramfit/probe.hpp`: build, then two steps, in a process
+/// whose cuBLAS workspaces were released, so the program creates them), simulated from its recorded
+/// program, if one applies. `baseline`: bytes allocated before the build (the probe's: none).
+inline std::optional<SimulatedPeak> simulate_libtorch(const ModelShape& m, const Step& s, Bytes baseline = Bytes{}) {
+  validate(m);
+  const auto* e = detail::find_entry(programs::libtorch::entries, m, s, nullptr);
+  if (e == nullptr) return std::nullopt;
+  return detail::simulate_both_orders(detail::parsed(programs::libtorch::entries, *e), m, s, baseline, false);
 }
 
 }  // namespace vramfit

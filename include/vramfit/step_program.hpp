@@ -11,9 +11,11 @@
 ///
 /// The flat form (int32): a size table, then blocks.
 ///   sizes:  n, then per size: terms, per term (coef, factors, f0..f3), then a constant; the
-///           factors index `ProgramDims` (B S h i H kvh d V r, then 9: S + 1), -1 unused.
+///           factors index `ProgramDims` (B S h i H kvh d V r, then 9: S + 1, 10: S rounded up
+///           to 128), -1 unused.
 ///           terms -1 / -2: the staging buffer / semaphore of a split sum (`reduce_sizes`), then
-///           the outputs' and the inputs' products (factors, f0..f3 each) and a constant 0.
+///           the outputs' and the inputs' products (factors, f0..f3 each) and a constant 0;
+///           terms -3 / -4: flash attention's split accumulators (`flash_accumulator_bytes`), then 0.
 ///   blocks: n, then per block: kind (0 sequence, 1 layers), step (0 build, 1, 2), phase
 ///           (0 build, 1 forward, 2 backward, 3 optimizer, 4 zero_grad), and
 ///           sequence: parts, per part: repeat? (0/1), c (a repeat runs layers - c times), tokens;
@@ -23,6 +25,7 @@
 ///           earlier request named relative to the current repeat or layer (see `resolve`).
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -57,6 +60,7 @@ struct ProgramDims {
       case 7: return vocab;
       case 8: return rank;
       case 9: return detail::checked_add(seq, 1);
+      case 10: return detail::checked_add(seq, 127) / 128 * 128;  // flash attention's padded sequence
       default: throw InvalidInput("program", "size factor out of range");
     }
   }
@@ -102,6 +106,46 @@ inline ReduceBytes reduce_sizes(std::uint64_t outputs, std::uint64_t inputs, std
   if (ctas <= 1) return {};
   using detail::checked_mul;
   return {checked_mul(checked_mul(checked_mul(checked_mul(4, outputs), ctas), width), vec), checked_mul(4, grid)};
+}
+
+/// How many blocks flash attention's forward splits the keys across (PyTorch's flash_api.cpp,
+/// mha_fwd and num_splits_heuristic): 1 unless batch x heads x ceil(seq / 64) would fill less than
+/// 80% of the GPU's 2 x multiprocessors block slots. With more than one split the forward asks for
+/// fp32 accumulators, freed before it returns (`flash_accumulator_bytes`). Recorded on the H200:
+/// SmolLM2-135M (9 heads, head_dim 64) at 1 x 1024 splits 4 ways: 147,456 B and 9,437,184 B.
+inline std::uint64_t flash_splits(std::uint64_t batch, std::uint64_t heads, std::uint64_t seq, std::uint64_t head_dim,
+                                  std::uint64_t multiprocessors = 132) {
+  const auto div_up = [](std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0); };
+  const std::uint64_t blocks = detail::checked_mul(detail::checked_mul(batch, heads), div_up(seq, 64));
+  const std::uint64_t slots = 2 * multiprocessors;
+  if (static_cast<double>(blocks) >= 0.8 * static_cast<double>(slots)) return 1;
+  const std::uint64_t n_blocks = div_up(seq, head_dim <= 64 ? 256 : head_dim <= 128 ? 128 : 64);
+  const std::uint64_t most = std::min<std::uint64_t>({128, slots, n_blocks});
+  const auto eligible = [&](std::uint64_t k) { return k == 1 || div_up(n_blocks, k) != div_up(n_blocks, k - 1); };
+  const auto efficiency = [&](std::uint64_t k) {
+    const double waves = static_cast<double>(blocks * k) / static_cast<double>(slots);
+    return waves / std::ceil(waves);
+  };
+  double best = 0;
+  for (std::uint64_t k = 1; k <= most; ++k)
+    if (eligible(k)) best = std::max(best, efficiency(k));
+  for (std::uint64_t k = 1; k <= most; ++k)
+    if (eligible(k) && efficiency(k) >= 0.85 * best) return k;
+  return 1;
+}
+
+/// Bytes of flash attention's split accumulators: softmax_lse_accum (splits x B x H x S fp32) and
+/// out_accum (the same x head_dim rounded up to 32); {0, 0} without a split.
+struct FlashAccumulators {
+  std::uint64_t lse = 0, out = 0;
+};
+inline FlashAccumulators flash_accumulator_bytes(std::uint64_t batch, std::uint64_t heads, std::uint64_t seq,
+                                                 std::uint64_t head_dim, std::uint64_t multiprocessors = 132) {
+  const std::uint64_t k = flash_splits(batch, heads, seq, head_dim, multiprocessors);
+  if (k <= 1) return {};
+  using detail::checked_mul;
+  const std::uint64_t lse = checked_mul(checked_mul(checked_mul(checked_mul(4, k), batch), heads), seq);
+  return {lse, checked_mul(lse, (head_dim + 31) / 32 * 32)};
 }
 
 /// What running a program gives: peaks of allocated bytes from the first step on (the build's own
@@ -179,7 +223,8 @@ class StepProgram {
   struct Size {
     std::vector<Term> terms;
     std::int64_t constant = 0;
-    int reduce = 0;  // 1 staging buffer, 2 semaphore: terms[0] the outputs, terms[1] the inputs
+    int reduce = 0;  // 1 staging buffer, 2 semaphore: terms[0] the outputs, terms[1] the inputs;
+                     // 3, 4: flash attention's split accumulators (lse, out)
   };
   struct Token {
     std::int32_t op;
@@ -207,6 +252,10 @@ class StepProgram {
 
   // 0: no request (a sum that is not split at these dimensions).
   static std::uint64_t evaluate(const Size& s, const ProgramDims& d) {
+    if (s.reduce == 3 || s.reduce == 4) {
+      const FlashAccumulators f = flash_accumulator_bytes(d.batch, d.heads, d.seq, d.head_dim, d.multiprocessors);
+      return s.reduce == 3 ? f.lse : f.out;
+    }
     if (s.reduce != 0) {
       const ReduceBytes r = reduce_sizes(product(s.terms[0], d), product(s.terms[1], d), d.multiprocessors,
                                          d.threads_per_multiprocessor);
@@ -362,6 +411,11 @@ class StepProgram {
     sizes_.resize(count(1 << 20));
     for (auto& s : sizes_) {
       const std::int32_t n = next();
+      if (n == -3 || n == -4) {  // flash attention's split accumulators
+        s.reduce = -n;
+        if (next() != 0) throw InvalidInput("program", "a flash accumulator's size has a constant");
+        continue;
+      }
       if (n == -1 || n == -2) {  // a split sum's staging buffer or semaphore
         s.reduce = -n;
         s.terms.resize(2);
@@ -370,7 +424,7 @@ class StepProgram {
           t.count = static_cast<int>(count(4));
           for (int& x : t.factors) x = next();
           for (int k = 0; k < t.count; ++k)
-            if (t.factors[k] < 0 || t.factors[k] > 9) throw InvalidInput("program", "a size factor is out of range");
+            if (t.factors[k] < 0 || t.factors[k] > 10) throw InvalidInput("program", "a size factor is out of range");
         }
         if (next() != 0) throw InvalidInput("program", "a reduction's size has a constant");
         continue;
@@ -384,7 +438,7 @@ class StepProgram {
         t.count = static_cast<int>(count(4));
         for (int& x : t.factors) x = next();
         for (int k = 0; k < t.count; ++k)
-          if (t.factors[k] < 0 || t.factors[k] > 9) throw InvalidInput("program", "a size factor is out of range");
+          if (t.factors[k] < 0 || t.factors[k] > 10) throw InvalidInput("program", "a size factor is out of range");
       }
       s.constant = next();
     }

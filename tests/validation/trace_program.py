@@ -18,7 +18,7 @@ def dims_of(arm):
     s = arm['shape']
     return {'B': arm['batch'], 'S': arm['seq'], 'h': s['hidden'], 'i': s['intermediate'], 'H': s['heads'],
             'kvh': s['kv_heads'], 'd': s['head_dim'], 'V': s['vocab'], 'r': arm.get('lora_rank') or 0,
-            'S1': arm['seq'] + 1}
+            'S1': arm['seq'] + 1, 'S128': -(-arm['seq'] // 128) * 128}
 COEFS = (1, 2, 4, 8, 16)
 CONSTANTS = set()   # request sizes read as constants (--constants)
 def monomials(maxdeg=4):
@@ -77,12 +77,52 @@ def reduce_sizes(outputs, inputs, sms=REDUCE_SMS, threads_per_sm=2048):
     return 0, 0
 
 
+# Flash attention's forward (PyTorch's flash_api.cpp, mha_fwd) splits the keys across thread blocks
+# when batch x heads x query blocks would leave the GPU's 2 x 132 block slots mostly idle, and then
+# asks for fp32 accumulators: softmax_lse_accum (splits x B x H x S) and out_accum (the same x
+# head_dim rounded to 32). num_splits_heuristic, ported; at the recorded arms' dimensions it gives
+# one split (no request), so the recordings only show where they go once inserted (FLASH_SPLITS).
+def flash_splits(B, H, S, d, sms=REDUCE_SMS):
+    def div_up(a, b): return -(-a // b)
+    blocks = B * H * div_up(S, 64)
+    slots = 2 * sms
+    if blocks >= 0.8 * slots:
+        return 1
+    n_blocks = div_up(S, 256 if d <= 64 else 128 if d <= 128 else 64)
+    most = min(128, slots, n_blocks)
+    eligible = lambda k: k == 1 or div_up(n_blocks, k) != div_up(n_blocks, k - 1)
+    eff = {}
+    for k in range(1, most + 1):
+        if eligible(k):
+            waves = blocks * k / slots
+            eff[k] = waves / -(-waves // 1)
+    best = max(eff.values())
+    for k in range(1, most + 1):
+        if k in eff and eff[k] >= 0.85 * best:
+            return k
+    return 1
+
+
+def flash_accum_sizes(D):
+    k = flash_splits(D['B'], D['H'], D['S'], D['d'])
+    if k <= 1:
+        return 0, 0
+    d_r = -(-D['d'] // 32) * 32
+    return 4 * k * D['B'] * D['H'] * D['S'], 4 * k * D['B'] * D['H'] * D['S'] * d_r
+
+
+FLASH_SPLITS = False   # --stack libtorch: the Probe's step runs flash attention
+
+
 def value(expr, D):
     """expr: {'terms': [[coef, monomial]...], 'c': const}, or a reduction's staging buffer or
     semaphore {'reduce': 'buf'|'sem', 'out': monomial, 'in': monomial} (0: not requested)."""
     if 'reduce' in expr:
         b, s = reduce_sizes(mono_value(expr['out'], D), mono_value(expr['in'], D))
         return b if expr['reduce'] == 'buf' else s
+    if 'flash' in expr:
+        lse, out = flash_accum_sizes(D)
+        return lse if expr['flash'] == 'lse' else out
     tot = 0
     for c, m in expr['terms']:
         v = c
@@ -103,8 +143,8 @@ class Symbolizer:
     def find(self, v):
         cands = self.table.get(v)
         if cands:
-            # prefer fewest factors, then smallest coefficient
-            cands = sorted(cands, key=lambda cm: (len(cm[1]), cm[0]))
+            # prefer fewest factors, then no rounded sequence, then smallest coefficient
+            cands = sorted(cands, key=lambda cm: (len(cm[1]), 'S128' in cm[1], cm[0]))
             best = cands[0]
             amb = [cm for cm in cands if len(cm[1]) == len(best[1]) and cm != best]
             return {'terms': [[best[0], list(best[1])]]}, amb
@@ -127,6 +167,8 @@ class Symbolizer:
                 return e, amb
         return {'terms': [], 'c': v}, []
 def key(expr):
+    if 'flash' in expr:
+        return 'flash_%s_accum' % expr['flash']
     if 'reduce' in expr:
         return 'reduce_%s(%s;%s)' % (expr['reduce'], '*'.join(expr['out']), '*'.join(expr['in']))
     parts = ['%d*%s' % (c, '*'.join(m)) for c, m in expr['terms']]
@@ -140,8 +182,11 @@ class Trace:
         self.L = self.arm['shape']['layers']
         self.D = dims_of(self.arm)
         sym = Symbolizer(self.D)
-        self.events = row['events']
-        self.marks = row.get('marks')
+        self.events = self.raw_events = row['events']
+        self.marks = self.raw_marks = row.get('marks')
+        self.injected = {}
+        if symbolize and FLASH_SPLITS:
+            self.insert_flash_accumulators()
         # allocations: ordinal -> (expr, size)
         self.alloc_expr = {}
         self.tokens = []  # (kind, payload) ; A: ordinal ; F: ordinal freed
@@ -150,16 +195,55 @@ class Trace:
         if not symbolize:
             return
         self.reductions = self.find_reductions()
+        self.reductions.update(self.injected)
         for e in self.events:
             if e > 0:
                 k += 1
                 ex, amb = (self.reductions[k], []) if k in self.reductions else sym.symbolize(e)
-                if not ex.get('terms') and 'reduce' not in ex and e >= 4096: self.unknown[e] = self.unknown.get(e, 0) + 1
+                if not ex.get('terms') and 'reduce' not in ex and e >= 4096 and e not in CONSTANTS: self.unknown[e] = self.unknown.get(e, 0) + 1
                 self.alloc_expr[k] = ex
                 self.tokens.append(('A', k))
             else:
                 self.tokens.append(('F', -e))
 
+
+    def insert_flash_accumulators(self):
+        """After each flash forward's output and logsumexp (2 B S H d and 4 B S H bytes, then its
+        16 and 8 B RNG state), the split accumulators it asks for where it splits: two requests,
+        freed after the RNG state. Inserted as requests of the 'flash' sizes, which are 0 (no
+        request) at the recorded dimensions; the frees and marks after them are renumbered."""
+        D, ev = self.D, self.events
+        out_b, lse_b = 2 * D['B'] * D['S'] * D['H'] * D['d'], 4 * D['B'] * D['S'] * D['H']
+        at = [i for i in range(len(ev) - 3) if ev[i] == out_b and ev[i + 1] == lse_b and ev[i + 2] == 16 and ev[i + 3] == 8]
+        if not at:
+            return
+        new, ren, k, n_new = [], {}, 0, 0
+        shift = []   # (old position, inserted events before it)
+        at_set = set(at)
+        pending = {}
+        for i, e in enumerate(ev):
+            shift.append(len(new) - i)
+            if e > 0:
+                k += 1
+                n_new += 1
+                ren[k] = n_new
+                new.append(e)
+                if i - 1 in at_set:           # the logsumexp: insert the two accumulators after it
+                    a = n_new + 1
+                    new += [1, 1]                # placeholders; their sizes are the 'flash' exprs
+                    self.injected[a] = {'flash': 'lse'}
+                    self.injected[a + 1] = {'flash': 'out'}
+                    n_new += 2
+                    pending[i + 2] = (a, a + 1)   # freed after the RNG state's second request
+                if i in pending:
+                    a, b = pending.pop(i)
+                    new += [-a, -b]
+            else:
+                new.append(-ren[-e])
+        shift.append(len(new) - len(ev))
+        self.events = new
+        if self.marks:
+            self.marks = [[p + shift[p], l] for p, l in self.marks]
 
     def find_reductions(self):
         """Staging buffers and semaphores of split reductions: a request, a request under 512 B,
@@ -521,7 +605,7 @@ def expand(prog, L, D):
     return events
 
 # ---- serialisation to the flat int format the C++ interpreter reads -----------------------
-DIM_CODE = {d: n for n, d in enumerate(['B', 'S', 'h', 'i', 'H', 'kvh', 'd', 'V', 'r', 'S1'])}
+DIM_CODE = {d: n for n, d in enumerate(['B', 'S', 'h', 'i', 'H', 'kvh', 'd', 'V', 'r', 'S1', 'S128'])}
 REF_CODE = {'self': 1, 'cand': 2, 'rep': 3, 'repM': 4, 'rel': 5, 'lsub': 6, 'xrep': 7, 'xrepA': 8,
             'xrepE': 9, 'ljR': 10, 'ljM': 11, 'ljA': 12, 'ljE': 13}
 PHASE_CODE = {'build': 0, 'fpre': 1, 'fwd': 1, 'head': 1, 'bpre': 2, 'bwd': 2, 'opt': 3, 'zero': 4}
@@ -563,6 +647,9 @@ def serialise(prog):
             for k in range(blk['hi']): body += toks(blk['specials'][('hi', k)])
     head = [len(exprs)]
     for e in exprs:
+        if 'flash' in e:
+            head += [-3 if e['flash'] == 'lse' else -4, 0]
+            continue
         if 'reduce' in e:
             head += [-1 if e['reduce'] == 'buf' else -2]
             for m in (e['out'], e['in']):
@@ -585,8 +672,9 @@ def variant_key(arm):
 
 
 def events_to_end(tr):
-    end = dict((l, p) for p, l in tr.marks)['end']
-    return tr.events[:end]
+    """The recorded events up to the 'end' mark (as recorded: no inserted requests)."""
+    end = dict((l, p) for p, l in tr.raw_marks)['end']
+    return tr.raw_events[:end]
 
 
 def program_of(row):
@@ -669,8 +757,14 @@ def main(argv=None):
                         "program of the same kind must give their large-pool requests and frees "
                         "exactly (at batch 1 the loss makes a few small requests more)")
     a = p.parse_args(argv)
-    global CONSTANTS
+    global CONSTANTS, MONOS, FLASH_SPLITS
     CONSTANTS = {int(x) for x in a.constants.split(',') if x}
+    if a.stack == 'libtorch':
+        FLASH_SPLITS = True
+        # Flash attention's backward pads the sequence to a multiple of 128 for its fp32 dq
+        # accumulator and softmax sums (seqlen_q_rounded in flash-attn's mha_bwd).
+        DIMS.append('S128')
+        MONOS = monomials()
     opener = gzip.open if a.traces.endswith('.gz') else open
     rows = [json.loads(l) for l in opener(a.traces, 'rt')]
     stack = next((r for r in rows if r.get('kind') == 'stack'), {})
