@@ -8,9 +8,14 @@ LoRA targets or full fine-tuning, checkpointing, logits kept) is recorded at two
 program taken from the deeper recording must give the shallower recording's events exactly,
 request for request, or the kind is rejected.
 
-Usage: python3 trace_program.py TRACES.jsonl[.gz] --header OUT.hpp
+Usage: python3 trace_program.py TRACES.jsonl[.gz] --header OUT.hpp [--check REAL.jsonl ...]
   The committed programs: python3 tests/validation/trace_program.py \
-      tests/data/traces/hf_peft_probe_traces.jsonl.gz --header include/vramfit/programs/hf_peft.hpp
+      tests/data/traces/hf_peft_probe_traces.jsonl.gz --header include/vramfit/programs/hf_peft.hpp \
+      --check tests/data/traces/*.jsonl
+  and for the Probe's LibTorch step (`vramfit probe --stack libtorch --trace-out`):
+    python3 tests/validation/trace_program.py tests/data/traces/libtorch_probe_traces.jsonl.gz \
+      --stack libtorch --constants 33554432,1048576 --header include/vramfit/programs/libtorch.hpp \
+      --check tests/data/traces/libtorch_real_traces.jsonl.gz
 """
 import argparse, gzip, itertools, json, sys
 DIMS = ['B','S','h','i','H','kvh','d','V','r','S1']
