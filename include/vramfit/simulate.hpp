@@ -1,13 +1,14 @@
 #pragma once
 /// @file simulate.hpp
 /// The exact path: a step's peak from its recorded step program (vramfit/step_program.hpp) run
-/// through the caching-allocator model, for the kinds of HF + PEFT step that were recorded
-/// (vramfit/programs/hf_peft.hpp). Where no program applies, `hf_peft_program_gap` says why and
-/// the closed-form terms are the prediction.
+/// through the caching-allocator model, for the kinds of step that were recorded, on HF
+/// transformers + PEFT (vramfit/programs/hf_peft.hpp) and on the Probe's LibTorch step
+/// (vramfit/programs/libtorch.hpp). Where no program applies, `hf_peft_program_gap` and
+/// `libtorch_program_gap` say why and the closed-form terms are the prediction.
 ///
 /// A program run takes milliseconds (every request of the build and two steps, one layer after
-/// another), the closed form nanoseconds: search loops use the closed form, and a simulated
-/// prediction is the one to report.
+/// another, once per address order), the closed form nanoseconds: search loops use the closed
+/// form, and a simulated prediction is the one to report.
 
 #include <array>
 #include <cstddef>

@@ -1,5 +1,5 @@
-// Catch2 benchmark of the exact path: simulate_hf_peft replays every allocator request of a build
-// and two steps through the allocator model. No target; its own file, so the recorded programs'
+// Catch2 benchmark of the exact path: simulate_hf_peft and simulate_libtorch replay every allocator
+// request of a build and two steps through the allocator model, once per address order. No target; its own file, so the recorded programs'
 // header does not sit in the closed form's translation unit.
 #include <catch2/catch.hpp>
 
@@ -16,6 +16,14 @@ TEST_CASE("simulate_hf_peft") {
   };
   BENCHMARK("simulate_hf_peft: Llama-3.2-1B LoRA q,k,v,o seq 4096 (16 layers)") {
     return vramfit::simulate_hf_peft(llama, lora)->peak.count();
+  };
+  vramfit::Step full = lora;
+  full.mode = vramfit::Mode::full;
+  BENCHMARK("simulate_hf_peft: Qwen2.5-0.5B full fine-tuning seq 4096") {
+    return vramfit::simulate_hf_peft(qwen, full)->peak.count();
+  };
+  BENCHMARK("simulate_libtorch: Qwen2.5-0.5B LoRA q,k,v,o seq 4096") {
+    return vramfit::simulate_libtorch(qwen, lora)->peak.count();
   };
 }
 
