@@ -395,7 +395,7 @@ int run_replay(const CliOptions& o) {
 int run_replay_trace(const CliOptions& o) {
   const vramfit::AllocatorTrace t = vramfit::load_trace(*o.trace);
   const vramfit::TraceReplay r = vramfit::replay_trace(t);
-  const bool exact = r.peak_allocated == t.peak_allocated && r.peak_requested == t.peak_requested;
+  const bool exact = r.peak_allocated == t.peak_allocated && (!t.peak_requested || r.peak_requested == *t.peak_requested);
   std::size_t requests = 0;
   for (const auto e : t.events) requests += e > 0 ? 1 : 0;
   if (o.json) {
@@ -403,7 +403,8 @@ int run_replay_trace(const CliOptions& o) {
     j["model"] = t.model;
     j["requests"] = requests;
     j["baseline_bytes"] = t.baseline.count();
-    j["measured"] = {{"peak_allocated_bytes", t.peak_allocated.count()}, {"peak_requested_bytes", t.peak_requested.count()}};
+    j["measured"] = {{"peak_allocated_bytes", t.peak_allocated.count()},
+                     {"peak_requested_bytes", t.peak_requested ? Json(t.peak_requested->count()) : Json(nullptr)}};
     j["model_replay"] = {{"peak_allocated_bytes", r.peak_allocated.count()},
                          {"peak_requested_bytes", r.peak_requested.count()},
                          {"reserved_bytes", r.reserved.count()},
@@ -416,8 +417,9 @@ int run_replay_trace(const CliOptions& o) {
   vramfit::detail::TextTable table({Align::left, Align::right, Align::right, Align::right});
   table.add_row({"", "peak allocated", "peak requested", "slack"});
   const auto slack = [](Bytes a, Bytes b) { return a >= b ? fmt::format("{}", a - b) : std::string("-"); };
-  table.add_row({"measured", fmt::format("{}", t.peak_allocated), fmt::format("{}", t.peak_requested),
-             slack(t.peak_allocated, t.peak_requested)});
+  table.add_row({"measured", fmt::format("{}", t.peak_allocated),
+                 t.peak_requested ? fmt::format("{}", *t.peak_requested) : std::string("not recorded"),
+                 t.peak_requested ? slack(t.peak_allocated, *t.peak_requested) : std::string("-")});
   table.add_row({"allocator model", fmt::format("{}", r.peak_allocated), fmt::format("{}", r.peak_requested),
              slack(r.peak_allocated, r.peak_requested)});
   fmt::print("{}: {} requests and their frees, {} allocated before the trace\n", t.model, requests,

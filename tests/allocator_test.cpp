@@ -142,7 +142,8 @@ TEST_CASE("recorded traces replay to the measured peaks, to the byte") {
     REQUIRE(t.events.size() > 10000);
     const TraceReplay r = replay_trace(t);
     CHECK(r.peak_allocated == t.peak_allocated);
-    CHECK(r.peak_requested == t.peak_requested);
+    REQUIRE(t.peak_requested.has_value());
+    CHECK(r.peak_requested == *t.peak_requested);
     CHECK(r.peak_allocated > r.peak_requested);  // the slack the closed-form terms estimate
   }
 }
@@ -198,5 +199,18 @@ TEST_CASE("a malformed trace names the field") {
   CHECK(bad(R"({"kind":"trace","baseline":0,"peak_allocated":1,"peak_requested":1,"events":[5,-1,-1]})") ==
         "vramfit-bad-trace.jsonl:1: events");
   CHECK(bad(R"({"kind":"stack"})") == "trace");
+  CHECK(bad(R"({"kind":"trace","baseline":0,"peak_allocated":1,"peak_requested":-1,"events":[]})") ==
+        "vramfit-bad-trace.jsonl:1: peak_requested");
+}
+
+// `vramfit probe --trace-out` records no peak of requested bytes: such a trace loads without one.
+TEST_CASE("a trace without a requested peak loads and replays") {
+  const std::string path = (std::filesystem::temp_directory_path() / "vramfit-probe-trace.jsonl").string();
+  std::ofstream(path) << R"({"kind":"trace","baseline":0,"peak_allocated":2097152,"events":[1048576,-1,1000,-2]})";
+  const AllocatorTrace t = load_trace(path);
+  CHECK_FALSE(t.peak_requested.has_value());
+  const TraceReplay r = replay_trace(t);
+  CHECK(r.peak_allocated.count() == 1048576);  // the first request, exactly a 1 MiB small block
+  CHECK(r.peak_requested.count() == 1048576);
 }
 #endif

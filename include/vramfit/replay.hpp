@@ -175,13 +175,14 @@ inline Measurements load_measurements(const std::filesystem::path& path, const s
 }
 
 
-/// A caching-allocator trace (tests/validation/trace_capture.py): every request and free of a
-/// real run, in order, with the peaks the allocator reported.
+/// A caching-allocator trace (tests/validation/trace_capture.py, or `vramfit probe --trace-out`):
+/// every request and free of a real run, in order, with the peaks the allocator reported.
 struct AllocatorTrace {
   std::string model;                  ///< the arm's model, as recorded
   Bytes baseline;                     ///< allocated before recording began (outside the events)
   Bytes peak_allocated;               ///< the run's measured peak of allocated bytes, baseline included
-  Bytes peak_requested;               ///< the same for requested bytes
+  /// The same for requested bytes, where recorded (`vramfit probe --trace-out` does not record it).
+  std::optional<Bytes> peak_requested;
   /// n > 0: a request of n bytes; -k: frees the k-th request (1-based, in request order).
   std::vector<std::int64_t> events;
 };
@@ -210,7 +211,7 @@ inline AllocatorTrace load_trace(const std::filesystem::path& path) {
       t.model = arm->value("model", std::string("custom"));
     t.baseline = Bytes(detail::require_count(row, "baseline", where));
     t.peak_allocated = Bytes(detail::require_count(row, "peak_allocated", where));
-    t.peak_requested = Bytes(detail::require_count(row, "peak_requested", where));
+    if (row.contains("peak_requested")) t.peak_requested = Bytes(detail::require_count(row, "peak_requested", where));
     const auto& events = detail::require(row, "events", where);
     if (!events.is_array()) throw InvalidInput(where + ": events", "must be an array of integers");
     t.events.reserve(events.size());
