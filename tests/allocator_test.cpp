@@ -153,13 +153,7 @@ TEST_CASE("recorded traces replay to the measured peaks, to the byte") {
 // over-counts it by 3.6 MiB; placing each segment where the driver put it (segments the process
 // held before recording, which it did not see, go far away) gives the peak to the byte.
 TEST_CASE("with the driver's segment addresses a full fine-tuning trace replays to the byte") {
-  std::ifstream in(std::string(VRAMFIT_TEST_DATA_DIR) + "/traces/smollm2-135m-full-gc-s2048-addresses.jsonl");
-  REQUIRE(in);
-  std::string line;
-  nlohmann::json row;
-  while (std::getline(in, line))
-    if (auto j = nlohmann::json::parse(line); j.value("kind", "") == "trace") row = j;
-  REQUIRE(row.is_object());
+  const nlohmann::json row = test::trace_row("smollm2-135m-full-gc-s2048-addresses");
   const auto events = row["events"].get<std::vector<std::int64_t>>();
   std::map<std::size_t, std::uint64_t> opened;  // event index -> the segment the driver gave then
   for (const auto& s : row["segments"]) opened.emplace(s[0].get<std::size_t>(), s[1].get<std::uint64_t>());

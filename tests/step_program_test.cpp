@@ -175,7 +175,6 @@ TEST_CASE("the recorded HF + PEFT programs cover LoRA and full fine-tuning steps
 }
 
 #ifdef VRAMFIT_HAS_JSON
-#include <fstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -205,13 +204,7 @@ TEST_CASE("recorded programs give real models' measured peaks, LoRA exactly, ful
                        Case{"tinyllama-1.1b-full-s1024", 1048576}}) {
     const char* name = c.name;
     CAPTURE(std::string(name));
-    std::ifstream in(std::string(VRAMFIT_TEST_DATA_DIR) + "/traces/" + name + ".jsonl");
-    REQUIRE(in);
-    std::string line;
-    nlohmann::json row;
-    while (std::getline(in, line))
-      if (auto j = nlohmann::json::parse(line); j.value("kind", "") == "trace") row = j;
-    REQUIRE(row.is_object());
+    const nlohmann::json row = test::trace_row(name);
     const nlohmann::json& arm = row["arm"];
     const ModelShape shape = detail::shape_from(arm, name);
     const Step step = detail::step_from(arm, name, true);

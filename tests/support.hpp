@@ -6,6 +6,12 @@
 #include <functional>
 #include <string>
 
+#ifdef VRAMFIT_HAS_JSON
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#endif
+
 #include "vramfit/error.hpp"
 #include "vramfit/model.hpp"
 #include "vramfit/phase.hpp"
@@ -39,5 +45,19 @@ inline void check_phases(const PhaseBytes& got, std::uint64_t forward, std::uint
   CHECK(got[Phase::backward_bottom].count() == backward_bottom);
   CHECK(got[Phase::optimizer_step].count() == optimizer_step);
 }
+
+#ifdef VRAMFIT_HAS_JSON
+/// The row of kind "trace" in tests/data/traces/NAME.jsonl (a recorded allocator trace).
+inline nlohmann::json trace_row(const std::string& name) {
+  std::ifstream in(std::string(VRAMFIT_TEST_DATA_DIR) + "/traces/" + name + ".jsonl");
+  REQUIRE(in);
+  std::string line;
+  nlohmann::json row;
+  while (std::getline(in, line))
+    if (auto j = nlohmann::json::parse(line); j.value("kind", "") == "trace") row = j;
+  REQUIRE(row.is_object());
+  return row;
+}
+#endif
 
 }  // namespace vramfit::test

@@ -223,8 +223,8 @@ class StepProgram {
   struct Size {
     std::vector<Term> terms;
     std::int64_t constant = 0;
-    int reduce = 0;  // 1 staging buffer, 2 semaphore: terms[0] the outputs, terms[1] the inputs;
-                     // 3, 4: flash attention's split accumulators (lse, out)
+    int computed = 0;  // 0: the terms; 1 staging buffer, 2 semaphore: terms[0] the outputs, terms[1] the inputs;
+                       // 3, 4: flash attention's split accumulators (lse, out)
   };
   struct Token {
     std::int32_t op;
@@ -252,14 +252,14 @@ class StepProgram {
 
   // 0: no request (a sum that is not split at these dimensions).
   static std::uint64_t evaluate(const Size& s, const ProgramDims& d) {
-    if (s.reduce == 3 || s.reduce == 4) {
+    if (s.computed == 3 || s.computed == 4) {
       const FlashAccumulators f = flash_accumulator_bytes(d.batch, d.heads, d.seq, d.head_dim, d.multiprocessors);
-      return s.reduce == 3 ? f.lse : f.out;
+      return s.computed == 3 ? f.lse : f.out;
     }
-    if (s.reduce != 0) {
+    if (s.computed != 0) {
       const ReduceBytes r = reduce_sizes(product(s.terms[0], d), product(s.terms[1], d), d.multiprocessors,
                                          d.threads_per_multiprocessor);
-      return s.reduce == 1 ? r.buffer : r.semaphore;
+      return s.computed == 1 ? r.buffer : r.semaphore;
     }
     std::uint64_t total = 0;
     for (const Term& t : s.terms) total = detail::checked_add(total, product(t, d));
@@ -412,12 +412,12 @@ class StepProgram {
     for (auto& s : sizes_) {
       const std::int32_t n = next();
       if (n == -3 || n == -4) {  // flash attention's split accumulators
-        s.reduce = -n;
+        s.computed = -n;
         if (next() != 0) throw InvalidInput("program", "a flash accumulator's size has a constant");
         continue;
       }
       if (n == -1 || n == -2) {  // a split sum's staging buffer or semaphore
-        s.reduce = -n;
+        s.computed = -n;
         s.terms.resize(2);
         for (auto& t : s.terms) {
           t.coef = 1;

@@ -186,7 +186,6 @@ class Trace:
         self.arm = row['arm']
         self.L = self.arm['shape']['layers']
         self.D = dims_of(self.arm)
-        sym = Symbolizer(self.D)
         self.events = self.raw_events = row['events']
         self.marks = self.raw_marks = row.get('marks')
         self.injected = {}
@@ -199,6 +198,7 @@ class Trace:
         self.unknown = {}
         if not symbolize:
             return
+        sym = Symbolizer(self.D)
         self.reductions = self.find_reductions()
         self.reductions.update(self.injected)
         for e in self.events:
