@@ -9,6 +9,8 @@
 #include "vramfit/allocator.hpp"
 #include "support.hpp"
 #ifdef VRAMFIT_HAS_JSON
+#include <algorithm>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -148,36 +150,101 @@ TEST_CASE("recorded traces replay to the measured peaks, to the byte") {
   }
 }
 
-// A full fine-tuning trace recorded with the segments' addresses (trace_capture.py --addresses):
-// with the addresses ascending the model misses the measured peak by 2 MiB, with them descending it
-// over-counts it by 3.6 MiB; placing each segment where the driver put it (segments the process
-// held before recording, which it did not see, go far away) gives the peak to the byte.
-TEST_CASE("with the driver's segment addresses a full fine-tuning trace replays to the byte") {
-  const nlohmann::json row = test::trace_row("smollm2-135m-full-gc-s2048-addresses");
+namespace {
+// Replays a trace recorded with the segments' addresses (trace_capture.py --addresses, vramfit
+// probe --trace-out) with each segment where the driver put it (segments the process held before
+// recording, which it did not see, go far away). Returns the peak, baseline included.
+std::uint64_t replay_at_recorded_addresses(const nlohmann::json& row) {
   const auto events = row["events"].get<std::vector<std::int64_t>>();
   std::map<std::size_t, std::uint64_t> opened;  // event index -> the segment the driver gave then
   for (const auto& s : row["segments"]) opened.emplace(s[0].get<std::size_t>(), s[1].get<std::uint64_t>());
-  const auto replay = [&](Model m, bool placed) {
-    std::vector<Model::Handle> handles;
-    std::uint64_t far = 1ULL << 56;
-    for (std::size_t i = 0; i < events.size(); ++i) {
-      if (events[i] > 0) {
-        if (placed) {
-          const auto it = opened.find(i);
-          m.place_next_segment(it != opened.end() ? it->second : far);
-          far += 1ULL << 32;
-        }
-        handles.push_back(m.malloc(static_cast<std::uint64_t>(events[i])));
-      } else {
-        m.free(handles.at(static_cast<std::size_t>(-events[i] - 1)));
-      }
+  Model m;
+  std::vector<Model::Handle> handles;
+  std::uint64_t far = 1ULL << 56;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (events[i] > 0) {
+      const auto it = opened.find(i);
+      m.place_next_segment(it != opened.end() ? it->second : far);
+      far += 1ULL << 32;
+      handles.push_back(m.malloc(static_cast<std::uint64_t>(events[i])));
+    } else {
+      m.free(handles.at(static_cast<std::size_t>(-events[i] - 1)));
     }
-    return m.peak_allocated().count() + row["baseline"].get<std::uint64_t>();
-  };
+  }
+  return m.peak_allocated().count() + row["baseline"].get<std::uint64_t>();
+}
+
+// The peak of a trace replayed with its segments placed by `order`.
+std::uint64_t replay_in_order(const std::string& name, Model::AddressOrder order, std::uint64_t headroom = 0) {
+  const AllocatorTrace t = load_trace(std::string(VRAMFIT_TEST_DATA_DIR) + "/traces/" + name + ".jsonl");
+  return replay_trace(t, order, headroom).peak_allocated.count();
+}
+}  // namespace
+
+// A full fine-tuning trace recorded with the segments' addresses (trace_capture.py --addresses):
+// with the addresses ascending the model misses the measured peak by 2 MiB, with them descending it
+// over-counts it by 3.6 MiB; placing each segment where the driver put it gives the peak to the byte.
+TEST_CASE("with the driver's segment addresses a full fine-tuning trace replays to the byte") {
+  const std::string name = "smollm2-135m-full-gc-s2048-addresses";
+  const nlohmann::json row = test::trace_row(name);
   const auto measured = row["peak_allocated"].get<std::uint64_t>();
-  CHECK(replay(Model{}, true) == measured);
-  CHECK(replay(Model{}, false) == measured - 2 * MiB);
-  CHECK(replay(Model{Model::AddressOrder::descending}, false) == measured + 3735552);
+  CHECK(replay_at_recorded_addresses(row) == measured);
+  CHECK(replay_in_order(name, Model::AddressOrder::ascending) == measured - 2 * MiB);
+  CHECK(replay_in_order(name, Model::AddressOrder::descending) == measured + 3735552);
+}
+
+// The driver's order (see allocator.hpp), worked by hand: free reserved space first, lowest
+// address first; else a 32 MiB chunk (or the segment rounded up to 32 MiB) below the last.
+TEST_CASE("the driver's order fills its free space lowest first, then takes 32 MiB chunks downwards") {
+  Model m(Model::AddressOrder::driver, 4 * MiB);  // 4 MiB free before the first segment
+  const auto a = m.malloc(MiB);                    // a 2 MiB segment at the headroom's bottom ...
+  (void)m.malloc(MiB);                             // ... filled
+  const auto big = m.malloc(19 * MiB);             // 20 MiB: the headroom has 2 MiB; a chunk below
+  const auto b = m.malloc(MiB);                    // 2 MiB: the lowest free space, above `big`
+  const auto huge = m.malloc(40 * MiB);            // 40 MiB: a 64 MiB chunk below the first
+  const auto fill = m.malloc(15 * MiB);            // 16 MiB: the 24 MiB left above `huge`
+  const std::uint64_t chunk = m.block_address(a) - 32 * MiB;
+  CHECK(m.block_address(big) == chunk);
+  CHECK(m.block_address(b) == chunk + 20 * MiB);
+  CHECK(m.block_address(huge) == chunk - 64 * MiB);
+  CHECK(m.block_address(fill) == chunk - 24 * MiB);
+  // A released segment's range is free again, one range with free space next to it, and is taken
+  // before any new chunk.
+  m.free(big);
+  m.empty_cache();
+  const auto again = m.malloc(22 * MiB);           // 22 MiB: the 8 MiB above `fill` and the 20 MiB
+  CHECK(m.block_address(again) == chunk - 8 * MiB);  // just released
+  CHECK_THROWS_AS(Model(Model::AddressOrder::driver, MiB), InvalidInput);  // headroom in 2 MiB units
+}
+
+// The Probe's two full fine-tuning steps that read under with both plain orders (tests/data/
+// libtorch_steps.jsonl), as recorded by `vramfit probe --trace-out` with the driver's addresses:
+// replayed at those addresses they give the measured peak to the byte; with the segments placed
+// in ascending or descending order they read under; placed by the driver's order, TinyLlama's
+// gives the measured peak at every headroom the simulation runs, and SmolLM2's at or above it at
+// the headrooms that the recorded process had (its 2 MiB segments sat above its first ~500 MiB).
+TEST_CASE("the driver's order covers the Probe's full fine-tuning traces that plain orders read under") {
+  struct Case {
+    const char* name;
+    std::int64_t ascending, descending;  // replayed minus measured, as run
+  };
+  for (const Case c : {Case{"libtorch-smollm2-135m-full-gc-s1024", -4980736, -3080192},
+                       Case{"libtorch-tinyllama-1.1b-full-s3000", -1179648, -589824}}) {
+    CAPTURE(std::string(c.name));
+    const nlohmann::json row = test::trace_row(c.name);
+    const auto measured = static_cast<std::int64_t>(row["peak_allocated"].get<std::uint64_t>());
+    CHECK(static_cast<std::int64_t>(replay_at_recorded_addresses(row)) == measured);
+    CHECK(static_cast<std::int64_t>(replay_in_order(c.name, Model::AddressOrder::ascending)) - measured == c.ascending);
+    CHECK(static_cast<std::int64_t>(replay_in_order(c.name, Model::AddressOrder::descending)) - measured == c.descending);
+    std::int64_t most = std::numeric_limits<std::int64_t>::min();
+    for (std::uint64_t h = 0; h <= Model::kDriverHeadroomMax; h += Model::kDriverHeadroomStep) {
+      const auto d = static_cast<std::int64_t>(replay_in_order(c.name, Model::AddressOrder::driver, h)) - measured;
+      if (std::string(c.name).find("tinyllama") != std::string::npos) CHECK(d == 0);
+      most = std::max(most, d);
+    }
+    CHECK(most >= 0);
+    CHECK(most <= static_cast<std::int64_t>(MiB));
+  }
 }
 
 TEST_CASE("a malformed trace names the field") {

@@ -129,12 +129,13 @@ TEST_CASE("hf-peft: recorded step programs give the measured peaks of LoRA and f
       [](const MeasuredStep& m) -> std::optional<SimulatedPeak> {
         if (hf_peft_program_gap(m.shape, m.step) != nullptr) return std::nullopt;
         REQUIRE(m.baseline.has_value());
-        return simulate_hf_peft(m.shape, m.step, max(*m.baseline, hf_peft_process_bytes(m.shape, m.step)), true);
+        return simulate_hf_peft(m.shape, m.step, max(*m.baseline, hf_peft_process_bytes(m.shape, m.step)),
+                                m.cache_emptied_after_build);
       },
-      0.9996, 1.002);
+      0.9997, 1.003);
   CHECK(t.checks >= 352);  // 140 LoRA and 36 full fine-tuning steps, first and steady
   CHECK(t.exact >= 303);   // measured: 303 of 352
-  CHECK(t.under <= 4);     // measured: 4, each by 1 MiB or less
+  CHECK(t.under <= 3);     // measured: 3, each by 1 MiB or less (arms that shared a process)
 }
 
 // The Probe's LibTorch steps (tests/data/libtorch_steps.jsonl, each in the Probe's flow: workspaces
@@ -142,12 +143,12 @@ TEST_CASE("hf-peft: recorded step programs give the measured peaks of LoRA and f
 TEST_CASE("libtorch: recorded step programs give the measured peaks of the Probe's steps") {
   const SimulatedTally t = replay_simulated(
       load("libtorch_steps.jsonl", "libtorch"),
-      [](const MeasuredStep& m) { return simulate_libtorch(m.shape, m.step, m.baseline.value_or(Bytes{})); }, 0.9975,
+      [](const MeasuredStep& m) { return simulate_libtorch(m.shape, m.step, m.baseline.value_or(Bytes{})); }, 1.0,
       1.002);
   CHECK(t.checks == 216);  // 108 steps, first and steady
-  CHECK(t.exact >= 194);   // measured: 194 of 216
-  // measured: 2, full fine-tuning steps (SmolLM2-135M 1 x 1024 with checkpointing, TinyLlama-1.1B
-  // 1 x 3000) that the driver's segment addresses put 3.1 MB and 0.6 MB above both address orders
-  // the model runs; replayed with the recorded addresses their traces give the peaks exactly.
-  CHECK(t.under <= 2);
+  CHECK(t.exact >= 196);   // measured: 196 of 216
+  // Two full fine-tuning steps (SmolLM2-135M 1 x 1024 with checkpointing, TinyLlama-1.1B 1 x 3000)
+  // read under with segments placed in ascending or descending order (by 3.1 MB and 0.6 MB); the
+  // driver's order meets them (tests/allocator_test.cpp).
+  CHECK(t.under == 0);
 }

@@ -22,15 +22,20 @@
 ///   allocated;
 /// - a freed block merges with free neighbours of its segment. Segments are released only by
 ///   `empty_cache` (no out-of-memory retry is modelled).
-/// New segments take ascending addresses, or descending ones (`AddressOrder`). The order only breaks
-/// ties between equal free blocks, but those ties move the peak: the GPU driver places segments
-/// in virtual memory by rules of its own (in recorded traces, ascending at first, then descending
-/// in 32 MiB strides, small segments filling the gaps). With the real segment addresses given, the
-/// model reproduces the recorded full fine-tuning traces to the byte; with either synthetic order
-/// it can miss them by a few MiB either way, which is why `simulate_hf_peft` runs both orders.
+/// Where new segments sit in virtual memory (`AddressOrder`) only breaks ties between equal free
+/// blocks, but those ties move the peak by a few MiB. `driver` follows what the GPU driver did in
+/// the recorded traces (tests/data/traces/, with the segments' addresses): it first fills the space
+/// it holds free, lowest address first (the `headroom` a process starts with), then takes chunks of
+/// 32 MiB, or the segment rounded up to 32 MiB, each below the last, the segment at the chunk's
+/// bottom and the rest of the chunk free for later segments; a released segment's range is free
+/// again. How much headroom a process has depends on what it did before, so the simulation
+/// (`vramfit/simulate.hpp`) runs several, and the plain orders, and keeps the largest peak. With
+/// the real addresses given, the model reproduces the recorded traces to the byte.
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
+#include <map>
 #include <set>
 #include <utility>
 #include <vector>
@@ -55,12 +60,26 @@ class CachingAllocatorModel {
   static constexpr std::uint64_t kMinLargeAlloc = 10ULL << 20;
   static constexpr std::uint64_t kRoundLarge = 2ULL << 20;       // larger segments round up to this
 
-  /// The order of the addresses new segments take.
-  enum class AddressOrder : std::uint8_t { ascending, descending };
+  /// The driver's headrooms the simulation runs (`vramfit/simulate.hpp`): 0 to 512 MiB in 128 MiB
+  /// steps; the recorded processes had up to about 500 MiB of such space before their steps.
+  static constexpr std::uint64_t kDriverHeadroomStep = 128ULL << 20;
+  static constexpr std::uint64_t kDriverHeadroomMax = 512ULL << 20;
+
+  /// The order of the addresses new segments take: each above the last, each below the last, or
+  /// the GPU driver's placement (see the file comment).
+  enum class AddressOrder : std::uint8_t { ascending, descending, driver };
 
   CachingAllocatorModel() = default;
-  explicit CachingAllocatorModel(AddressOrder order) : order_(order) {
+  /// `headroom`: with `AddressOrder::driver`, the free space (a multiple of 2 MiB) the driver holds
+  /// before the first segment; ignored otherwise.
+  explicit CachingAllocatorModel(AddressOrder order, std::uint64_t headroom = 0) : order_(order) {
     if (order_ == AddressOrder::descending) next_address_ = 1ULL << 62;
+    if (order_ == AddressOrder::driver) {
+      if (headroom % kRoundLarge != 0 || headroom > (1ULL << 40))
+        throw InvalidInput("headroom", "must be a multiple of 2 MiB, at most 1 TiB");
+      next_address_ = kDriverTop - headroom;
+      if (headroom != 0) holes_.emplace(next_address_, kDriverTop);
+    }
   }
 
   /// The address the next segment opened takes (once), instead of the order's next one: to replay
@@ -94,6 +113,8 @@ class CachingAllocatorModel {
       if (next_segment_at_ != 0) {
         b = make_block(next_segment_at_, seg, small);
         next_segment_at_ = 0;
+      } else if (order_ == AddressOrder::driver) {
+        b = make_block(driver_place(seg), seg, small);
       } else if (order_ == AddressOrder::descending) {
         next_address_ = detail::checked_sub(next_address_, seg);
         b = make_block(next_address_, seg, small);
@@ -156,12 +177,15 @@ class CachingAllocatorModel {
   [[nodiscard]] std::size_t segments() const { return segments_; }
   /// The block size that allocation `h` holds (its request rounded, plus any remainder not split off).
   [[nodiscard]] std::uint64_t block_size(Handle h) const { return h == null_handle ? 0 : blocks_.at(h).size; }
+  /// The address of the block that allocation `h` holds (its segment's address plus its offset).
+  [[nodiscard]] std::uint64_t block_address(Handle h) const { return h == null_handle ? 0 : blocks_.at(h).address; }
   /// Releases every segment that holds no allocation (`torch.cuda.empty_cache`).
   void empty_cache() {
     for (FreePool* pool : {&small_, &large_}) {
       for (auto it = pool->begin(); it != pool->end();) {
         const Block& b = blocks_[it->block];
         if (b.prev == null_handle && b.next == null_handle) {
+          if (order_ == AddressOrder::driver) release_range(b.address, b.address + b.size);
           reserved_ -= b.size;
           --segments_;
           spare_.push_back(it->block);
@@ -228,6 +252,41 @@ class CachingAllocatorModel {
     spare_.push_back(right);
     return left;
   }
+
+  // The driver order: the first free range of reserved space that fits, lowest address first;
+  // else a new chunk below all reserved space (32 MiB, or the size rounded up to 32 MiB), the
+  // segment at its bottom and the rest of the chunk free.
+  std::uint64_t driver_place(std::uint64_t seg) {
+    for (auto it = holes_.begin(); it != holes_.end(); ++it) {
+      if (it->second - it->first < seg) continue;
+      const std::uint64_t lo = it->first, hi = it->second;
+      holes_.erase(it);
+      if (lo + seg < hi) holes_.emplace(lo + seg, hi);
+      return lo;
+    }
+    const std::uint64_t chunk = (seg + kDriverChunk - 1) / kDriverChunk * kDriverChunk;
+    next_address_ = detail::checked_sub(next_address_, chunk);
+    if (seg < chunk) holes_.emplace(next_address_ + seg, next_address_ + chunk);
+    return next_address_;
+  }
+  void release_range(std::uint64_t lo, std::uint64_t hi) {
+    auto next = holes_.lower_bound(lo);
+    if (next != holes_.end() && next->first == hi) {
+      hi = next->second;
+      next = holes_.erase(next);
+    }
+    if (next != holes_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->second == lo) {
+        lo = prev->first;
+        holes_.erase(prev);
+      }
+    }
+    holes_.emplace(lo, hi);
+  }
+  static constexpr std::uint64_t kDriverTop = 1ULL << 50;
+  static constexpr std::uint64_t kDriverChunk = 32ULL << 20;
+  std::map<std::uint64_t, std::uint64_t> holes_;  // free reserved ranges, [first, second)
 
   std::vector<Block> blocks_;
   std::vector<Handle> spare_;

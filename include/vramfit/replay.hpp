@@ -35,6 +35,9 @@ struct MeasuredStep {
   /// Bytes allocated before the arm began (the harness's `pre_arm_allocated`: the cuBLAS
   /// workspaces, plus anything an earlier arm of the same process left), when recorded.
   std::optional<Bytes> baseline;
+  /// Whether the harness emptied the cache between the build and the first step (its
+  /// `cache_emptied_after_build`; rows of arms sharing a process, which predate the field, did).
+  bool cache_emptied_after_build = true;
 
   [[nodiscard]] Bytes real(PeakOver p) const { return p == PeakOver::first_step ? real_first : real_steady; }
 };
@@ -148,12 +151,16 @@ inline Measurements parse_measurements(std::istream& in, const std::string& sour
     const std::string stack = row.contains("stack_profile") ? row["stack_profile"].get<std::string>() : default_stack;
     const std::string model = row.value("model", std::string("custom"));
     if (kind == "step") {
-      MeasuredStep m{model, stack, detail::shape_from(row, where), detail::step_from(row, where, true), {}, {}, 0, line, {}};
+      MeasuredStep m{model, stack, detail::shape_from(row, where), detail::step_from(row, where, true), {}, {}, 0, line, {}, true};
       m.real_first = Bytes(detail::require_count(row, "peak_first", where));
       m.real_steady = Bytes(detail::require_count(row, "peak_steady", where));
       m.realised_seq = detail::require_count(row, "realised_seq", where);
       if (row.contains("pre_arm_allocated") && !row["pre_arm_allocated"].is_null())
         m.baseline = Bytes(detail::require_count(row, "pre_arm_allocated", where));
+      if (const auto f = row.find("cache_emptied_after_build"); f != row.end()) {
+        if (!f->is_boolean()) throw InvalidInput(where + ": cache_emptied_after_build", "must be true or false");
+        m.cache_emptied_after_build = f->get<bool>();
+      }
       if (m.realised_seq != m.step.seq)
         throw InvalidInput(where + ": realised_seq", "differs from seq: the harness did not run the requested length");
       out.steps.push_back(m);
@@ -231,9 +238,12 @@ inline AllocatorTrace load_trace(const std::filesystem::path& path) {
   throw InvalidInput("trace", "'" + path.string() + "' has no row of kind \"trace\"");
 }
 
-/// Replays a trace's requests and frees through the allocator model.
-inline TraceReplay replay_trace(const AllocatorTrace& t) {
-  CachingAllocatorModel model;
+/// Replays a trace's requests and frees through the allocator model, its segments placed by
+/// `order` (and `headroom`, for the driver's order; see `CachingAllocatorModel`).
+inline TraceReplay replay_trace(const AllocatorTrace& t,
+                                CachingAllocatorModel::AddressOrder order = CachingAllocatorModel::AddressOrder::ascending,
+                                std::uint64_t headroom = 0) {
+  CachingAllocatorModel model(order, headroom);
   std::vector<CachingAllocatorModel::Handle> handles;
   handles.reserve(t.events.size());
   for (const std::int64_t v : t.events) {

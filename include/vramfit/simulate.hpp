@@ -94,23 +94,32 @@ inline ProgramDims program_dims(const ModelShape& m, const Step& s) {
                      .rank = s.mode == Mode::lora ? s.lora.rank : 0};
 }
 
-// Runs `program` with both address orders (see CachingAllocatorModel::AddressOrder) and keeps
-// the larger peak of each.
-inline SimulatedPeak simulate_both_orders(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
-                                          bool empty_cache_after_build) {
+// Runs `program` under every segment placement the simulation considers (CachingAllocatorModel::
+// AddressOrder): ascending, descending, and the driver's at each of its headrooms and keeps the largest peak of each kind, with the
+// phase of the placement that gives it.
+inline SimulatedPeak simulate_placements(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
+                                         bool empty_cache_after_build) {
+  using Order = CachingAllocatorModel::AddressOrder;
   const ProgramDims d = program_dims(m, s);
-  const ProgramPeaks up = program.run(d, m.layers, held, empty_cache_after_build);
-  const ProgramPeaks down =
-      program.run(d, m.layers, held, empty_cache_after_build, CachingAllocatorModel::AddressOrder::descending);
-  SimulatedPeak out;
-  out.first = max(up.first, down.first);
-  out.steady = max(up.steady, down.steady);
-  out.after_build = max(up.after_build, down.after_build);
   const bool first = s.peak_over == PeakOver::first_step;
-  out.peak = first ? out.first : out.steady;
-  const ProgramPeaks& at = (first ? up.first >= down.first : up.steady >= down.steady) ? up : down;
-  out.phase = StepProgram::phase_name(first ? at.first_phase : at.steady_phase);
-  out.requests = up.requests;
+  SimulatedPeak out;
+  bool any = false;
+  const auto keep = [&](const ProgramPeaks& p) {
+    out.first = max(out.first, p.first);
+    out.steady = max(out.steady, p.steady);
+    out.after_build = max(out.after_build, p.after_build);
+    const Bytes peak = first ? p.first : p.steady;
+    if (!any || peak > out.peak) {
+      out.peak = peak;
+      out.phase = StepProgram::phase_name(first ? p.first_phase : p.steady_phase);
+      out.requests = p.requests;
+    }
+    any = true;
+  };
+  keep(program.run(d, m.layers, held, empty_cache_after_build, Order::ascending));
+  keep(program.run(d, m.layers, held, empty_cache_after_build, Order::descending));
+  for (std::uint64_t h = 0; h <= CachingAllocatorModel::kDriverHeadroomMax; h += CachingAllocatorModel::kDriverHeadroomStep)
+    keep(program.run(d, m.layers, held, empty_cache_after_build, Order::driver, h));
   return out;
 }
 }  // namespace detail
@@ -146,7 +155,7 @@ inline std::optional<SimulatedPeak> simulate_hf_peft(const ModelShape& m, const 
   validate(m);
   const auto* e = detail::find_entry(programs::hf_peft::entries, m, s, nullptr);
   if (e == nullptr) return std::nullopt;
-  return detail::simulate_both_orders(detail::parsed(programs::hf_peft::entries, *e), m, s,
+  return detail::simulate_placements(detail::parsed(programs::hf_peft::entries, *e), m, s,
                                       baseline ? *baseline : hf_peft_process_bytes(m, s), empty_cache_after_build);
 }
 
@@ -157,7 +166,7 @@ inline std::optional<SimulatedPeak> simulate_libtorch(const ModelShape& m, const
   validate(m);
   const auto* e = detail::find_entry(programs::libtorch::entries, m, s, nullptr);
   if (e == nullptr) return std::nullopt;
-  return detail::simulate_both_orders(detail::parsed(programs::libtorch::entries, *e), m, s, baseline, false);
+  return detail::simulate_placements(detail::parsed(programs::libtorch::entries, *e), m, s, baseline, false);
 }
 
 }  // namespace vramfit

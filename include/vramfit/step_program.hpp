@@ -175,16 +175,17 @@ class StepProgram {
 
   /// Runs the program for `layers` decoder layers; `baseline` bytes are allocated before it (the
   /// cuBLAS workspaces). With `empty_cache_after_build`, the cache is emptied between the build
-  /// and the first step (as the validation harness does). `order`: the addresses new segments
-  /// take in the allocator model.
+  /// and the first step (as the validation harness does). `order`, `headroom`: where new segments
+  /// sit in the allocator model (`CachingAllocatorModel`).
   [[nodiscard]] ProgramPeaks run(const ProgramDims& dims, std::uint64_t layers, Bytes baseline,
                                  bool empty_cache_after_build,
-                                 CachingAllocatorModel::AddressOrder order = CachingAllocatorModel::AddressOrder::ascending) const {
+                                 CachingAllocatorModel::AddressOrder order = CachingAllocatorModel::AddressOrder::ascending,
+                                 std::uint64_t headroom = 0) const {
     if (layers == 0 || layers > (1u << 20)) throw InvalidInput("layers", "must be 1 to 1048576");
     std::vector<std::uint64_t> sizes;
     sizes.reserve(sizes_.size());
     for (const auto& s : sizes_) sizes.push_back(evaluate(s, dims));
-    Run r(*this, layers, sizes, order);
+    Run r(*this, layers, sizes, order, headroom);
     ProgramPeaks out;
     int step = 0;
     for (std::size_t b = 0; b < blocks_.size(); ++b) {
@@ -276,8 +277,8 @@ class StepProgram {
 
   struct Run {
     Run(const StepProgram& program, std::uint64_t l, const std::vector<std::uint64_t>& s,
-        CachingAllocatorModel::AddressOrder order)
-        : p(program), L(l), sizes(s), model(order) {}
+        CachingAllocatorModel::AddressOrder order, std::uint64_t headroom)
+        : p(program), L(l), sizes(s), model(order, headroom) {}
     const StepProgram& p;
     std::uint64_t L;
     const std::vector<std::uint64_t>& sizes;
