@@ -354,7 +354,7 @@ int run_replay(const CliOptions& o) {
     row_options.stack = o.stack_given ? o.stack : vramfit::cli::detail::parse_stack("stack_profile", m.stack);
     // As the harness ran it: the cache emptied after the build, on top of what the process held
     // before the arm (its recorded pre_arm_allocated, where there is one).
-    const Predicted r = predict(row_options, m.shape, m.step, m.baseline, true);
+    const Predicted r = predict(row_options, m.shape, m.step, m.baseline, m.cache_emptied_after_build);
     const Prediction& p = r.p;
     const Bytes real = m.real(m.step.peak_over);
     vramfit::SweepRow row{.batch = m.step.batch, .seq = m.step.seq, .predicted = r.peak(), .real = real,

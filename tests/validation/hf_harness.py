@@ -844,8 +844,11 @@ def arm_fields(arm):
 
 
 class Runner:
-    def __init__(self, writer, budget_s):
+    def __init__(self, writer, budget_s, own_process=False):
         self.w = writer
+        # own_process: this process runs one arm as a trainer would: build, then the steps, with no
+        # probe forward and no emptying of the cache in between (--arm-index, set by --isolate).
+        self.own_process = own_process
         self.t_start = time.time()
         self.budget_s = budget_s
         self.sdpa_notes = {}
@@ -868,7 +871,11 @@ class Runner:
         return self.sdpa_notes[key]
 
     # ---- the plan ------------------------------------------------------
-    def run_plan(self, arms, repeats):
+    def run_plan(self, arms, repeats, index=None):
+        if index is not None:  # one arm, run as plan arm index[0] of repeat index[1]
+            (arm,) = arms
+            self.run_group([(index[0], arm)], index[1], 0, 1)
+            return
         order = []
         groups = {}
         for i, a in enumerate(arms):
@@ -908,12 +915,14 @@ class Runner:
                     group_pre = alloc()
                     try:
                         model, build_info = build_model(arm, max_seq)
-                        probe = probe_model(model, vocab)
+                        if not self.own_process:
+                            probe = probe_model(model, vocab)
                     except Exception as e:
                         build_error = "model build: " + err_text(e)
                         drop_exception(e)
                         model = None
-                    clean()
+                    if not self.own_process or build_error is not None:
+                        clean()
                     row["group_build"] = True
                 else:
                     row["group_build"] = False
@@ -949,8 +958,11 @@ class Runner:
         return n
 
     def run_arm(self, model, arm, vocab, plan_index, rep, row):
-        clear_grads(model)
-        clean()
+        row["process"] = "own" if self.own_process else "shared"
+        row["cache_emptied_after_build"] = not self.own_process
+        if not self.own_process:
+            clear_grads(model)
+            clean()
         weights = alloc()
         row["weights_allocated"] = weights
         row["reserved_at_start"] = int(torch.cuda.memory_reserved())
@@ -1176,10 +1188,113 @@ def parse_args(argv):
     p.add_argument("--max-batch-config-s", type=float, default=90.0,
                    help="stop one max-batch search after this many seconds (marked truncated; default 90)")
     p.add_argument("--list", action="store_true", help="print the selected arms as JSON and exit (no GPU needed)")
+    p.add_argument("--isolate", type=int, default=0, metavar="J",
+                   help="run every arm in a process of its own, as a trainer runs it (build, then the steps; "
+                        "no probe forward, no emptied cache in between), J processes at a time (they share "
+                        "the GPU; each process's peaks are its own). Default 0: the arms of a model share "
+                        "one process and one build. Max-batch searches then run in one more process.")
+    p.add_argument("--arm-index", metavar="PLAN,REPEAT", help=argparse.SUPPRESS)  # an --isolate child
+    p.add_argument("--max-batch-only", action="store_true", help=argparse.SUPPRESS)  # an --isolate child
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error("--repeats must be >= 1")
+    if args.isolate < 0:
+        p.error("--isolate must be >= 0")
+    if args.arm_index is not None:
+        try:
+            args.arm_index = tuple(int(x) for x in args.arm_index.split(","))
+            if len(args.arm_index) != 2 or min(args.arm_index) < 0:
+                raise ValueError
+        except ValueError:
+            p.error("--arm-index takes PLAN,REPEAT (two integers >= 0)")
     return args, p
+
+
+def run_isolated(args, arms, mb):
+    """--isolate: each arm (and repeat) in a child process of this script, args.isolate at a time;
+    the children's rows are merged into args.out in plan order (the first child's stack and context
+    rows once), then the max-batch searches run in one more child. Needs no torch here."""
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+    here = os.path.abspath(__file__)
+    tmp = tempfile.mkdtemp(prefix="hf-isolate-")
+    jobs = [(rep, i, a) for rep in range(args.repeats) for i, a in enumerate(arms)]
+    t0 = time.time()
+
+    def spec(arm, keys):  # the arm as an --arms file gives it
+        out = {k: arm[k] for k in keys if arm.get(k) is not None}
+        if arm["model"] in PRESETS:
+            out.pop("shape", None)
+            out.pop("arch", None)
+        else:
+            out["name"] = out.pop("model")
+        return out
+
+    def child(tag, extra):
+        out = os.path.join(tmp, tag + ".jsonl")
+        cmd = [sys.executable, here, "--out", out] + extra
+        p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        rows = []
+        if os.path.exists(out):
+            with open(out, encoding="utf-8") as f:
+                rows = [json.loads(line) for line in f if line.strip()]
+        return p.returncode, p.stderr, rows
+
+    def run_job(job):
+        rep, i, arm = job
+        if args.budget_s and time.time() - t0 > args.budget_s:
+            return job, None, "skipped: --budget-s exceeded", []
+        path = os.path.join(tmp, "arm-%d-%d.json" % (rep, i))
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump([spec(arm, ARM_KEYS)], f)
+        rc, err, rows = child("out-%d-%d" % (rep, i), ["--arms", path, "--arm-index", "%d,%d" % (i, rep)])
+        return job, rc, err, rows
+
+    writer = JsonlWriter(args.out)
+    header = False
+    n_rows = n_errors = 0
+    done = {}
+    nxt = 0
+    with ThreadPoolExecutor(max_workers=args.isolate) as pool:
+        for job, rc, err, rows in pool.map(run_job, jobs):  # in plan order
+            rep, i, arm = job
+            steps = [r for r in rows if r.get("kind") == "step"]
+            if not header and rows:
+                for r in rows:
+                    if r.get("kind") in ("stack", "context"):
+                        writer.write(r)
+                header = True
+            if not steps:
+                row = {"kind": "step", "plan_index": i, "repeat": rep, "process": "own"}
+                row.update(arm_fields(arm))
+                row["error"] = err if rc is None else "child exited %s: %s" % (rc, (err or "").strip()[-400:])
+                steps = [row]
+            for r in steps:
+                writer.write(r)
+                n_rows += 1
+                n_errors += 1 if r.get("error") else 0
+                log("[%d/%d] %s -> first %s GiB, steady %s GiB%s" % (
+                    n_rows, len(jobs), arm_summary(arm), gib(r.get("peak_first")), gib(r.get("peak_steady")),
+                    ("  ERROR " + str(r["error"])[:200]) if r.get("error") else ""))
+    mb_rows = []
+    if args.max_batch:
+        path = os.path.join(tmp, "max-batch.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump([spec(a, (ARM_KEYS | MAX_BATCH_EXTRA_KEYS) - {"batch"}) for a in mb], f)
+        extra = ["--max-batch-only", "--max-batch-arms", path, "--max-batch-config-s", str(args.max_batch_config_s),
+                 "--plan", "smoke"]
+        rc, err, rows = child("max-batch", extra)
+        mb_rows = [r for r in rows if r.get("kind") == "max_batch"]
+        for r in mb_rows:
+            writer.write(r)
+            n_errors += 1 if r.get("error") else 0
+        if rc != 0:
+            log("max-batch child exited %s: %s" % (rc, (err or "").strip()[-400:]))
+    writer.write({"kind": "end", "step_rows": n_rows, "max_batch_rows": len(mb_rows), "rows_with_error": n_errors,
+                  "wall_seconds": round(time.time() - t0, 3), "process": "own", "isolate": args.isolate})
+    writer.close()
+    log("%d step rows (%d with an error) in %.1fs" % (n_rows, n_errors, time.time() - t0))
+    return 0
 
 
 def main(argv=None):
@@ -1206,6 +1321,9 @@ def main(argv=None):
         print(json.dumps({"arms": arms, "max_batch": mb if args.max_batch else []}, indent=1))
         return 0
 
+    if args.isolate and args.arm_index is None and not args.max_batch_only:
+        return run_isolated(args, arms, mb)
+
     _import_stack()
     if not torch.cuda.is_available():
         log("error: no CUDA device visible")
@@ -1215,7 +1333,7 @@ def main(argv=None):
     gc.freeze()  # the imported modules' objects stop costing every gc.collect()
 
     writer = JsonlWriter(args.out)
-    runner = Runner(writer, args.budget_s)
+    runner = Runner(writer, args.budget_s, own_process=args.arm_index is not None)
     STACK = collect_stack()
     writer.write(dict({"kind": "stack"}, **STACK))
     log("stack: %s, %s GiB, driver %s, torch %s (CUDA %s), transformers %s, peft %s" % (
@@ -1235,7 +1353,8 @@ def main(argv=None):
     n_groups = len({group_key(a) for a in arms})
     log("plan: %d arms in %d model groups x %d repeat(s)%s" % (
         len(arms), n_groups, args.repeats, ("; then %d max-batch search(es)" % len(mb)) if args.max_batch else ""))
-    runner.run_plan(arms, args.repeats)
+    if not args.max_batch_only:
+        runner.run_plan(arms, args.repeats, args.arm_index)
     if args.max_batch:
         runner.run_max_batch(mb, STACK["gpu_total_memory"], args.max_batch_config_s)
     runner.print_summary()
