@@ -7,11 +7,13 @@
 // - max-batch under an allocator cap is the real largest batch or one below it, never above;
 // - the closed-form peak stays within the measured envelope (a guard against regressions):
 //   hf-peft 0.975 to 1.015, libtorch 0.965 to 1.13 (its first step over-predicts by up to 12%);
-// - hf-peft LoRA steps through their recorded step programs (vramfit/simulate.hpp): 258 of 280
-//   checks exact to the byte, all within 0.9997 to 1.0005, 4 under by 1 MiB or less.
-// The project's target band, [1.00, 1.03] for hf-peft and [1.00, 1.02] for libtorch with none
-// under 1.00, is NOT met yet: those 4 LoRA checks, full fine-tuning (closed form: 0.990 to 1.002)
-// and the libtorch steps (closed form) fall under it.
+// - the exact path (recorded step programs through the allocator model, vramfit/simulate.hpp):
+//   every measured step of a recorded kind at or above its real peak, within 0.2%, mostly to
+//   the byte, for both stacks (hf-peft arms each in a process of their own, as a trainer runs);
+// - held-out steps (models, ranks and lengths in no other data, predicted as the CLI does):
+//   hf-peft in [0.9988, 1.004], one first step under by 4.1 MB; libtorch in [0.9997, 1.004], two
+//   full fine-tuning steps with checkpointing under by 3.0 MiB and 0.74 MiB (see the tests). The
+//   fit decision (`required`) is safe on all of them.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -63,7 +65,7 @@ void replay_steps(const Measurements& data, const Predictor& predictor, Envelope
 }  // namespace
 
 TEST_CASE("hf-peft: measured HF transformers + PEFT steps (H200, torch 2.11, transformers 5.17, peft 0.21)") {
-  replay_steps(load("hf_steps.jsonl", "hf-peft"), HfPeftPredictor{}, {0.975, 1.015}, 170);
+  replay_steps(load("hf_steps.jsonl", "hf-peft"), HfPeftPredictor{}, {0.975, 1.015}, 150);
 }
 
 TEST_CASE("hf-peft: max-batch under an allocator cap is the real largest batch or one below it") {
@@ -133,9 +135,28 @@ TEST_CASE("hf-peft: recorded step programs give the measured peaks of LoRA and f
                                 m.cache_emptied_after_build);
       },
       0.9997, 1.003);
-  CHECK(t.checks >= 352);  // 140 LoRA and 36 full fine-tuning steps, first and steady
-  CHECK(t.exact >= 303);   // measured: 303 of 352
-  CHECK(t.under <= 3);     // measured: 3, each by 1 MiB or less (arms that shared a process)
+  CHECK(t.checks >= 306);  // 88 arms and 65 repeats, first and steady
+  CHECK(t.exact >= 264);   // measured: 264 of 306
+  CHECK(t.under == 0);
+}
+
+// The same arms measured sharing a process, a model build per model (hf_harness.py without
+// --isolate: a probe forward and an emptied cache after the build, workspaces and cached blocks
+// from earlier arms). Simulated as that flow, three checks read under, each by 1 MiB or less: what
+// the earlier arms leave is outside the model. Kept to show the size of that effect.
+TEST_CASE("hf-peft: arms that shared a process read at most 1 MiB above the simulation") {
+  const SimulatedTally t = replay_simulated(
+      load("hf_steps_shared_process.jsonl", "hf-peft"),
+      [](const MeasuredStep& m) -> std::optional<SimulatedPeak> {
+        if (hf_peft_program_gap(m.shape, m.step) != nullptr) return std::nullopt;
+        REQUIRE(m.baseline.has_value());
+        CHECK(m.cache_emptied_after_build);
+        return simulate_hf_peft(m.shape, m.step, max(*m.baseline, hf_peft_process_bytes(m.shape, m.step)),
+                                m.cache_emptied_after_build);
+      },
+      0.9997, 1.003);
+  CHECK(t.checks == 352);
+  CHECK(t.under <= 3);  // measured: 3
 }
 
 // The Probe's LibTorch steps (tests/data/libtorch_steps.jsonl, each in the Probe's flow: workspaces
@@ -151,4 +172,75 @@ TEST_CASE("libtorch: recorded step programs give the measured peaks of the Probe
   // read under with segments placed in ascending or descending order (by 3.1 MB and 0.6 MB); the
   // driver's order meets them (tests/allocator_test.cpp).
   CHECK(t.under == 0);
+}
+
+namespace {
+// Predicts a held-out step as the CLI does: the recorded program where one applies (simulated at
+// the step's process baseline), else the closed form. Returns the pred/real tally, first and steady.
+template <class Predictor, class Simulate>
+SimulatedTally replay_held_out(const Measurements& data, const Predictor& predictor, Simulate simulate, double low,
+                               double high) {
+  SimulatedTally t;
+  for (const MeasuredStep& m : data.steps) {
+    const std::optional<SimulatedPeak> sim = simulate(m);
+    for (PeakOver over : {PeakOver::first_step, PeakOver::steady}) {
+      Step s = m.step;
+      s.peak_over = over;
+      const Prediction closed = predictor.predict(m.shape, s);
+      const Bytes predicted = sim ? (over == PeakOver::first_step ? sim->first : sim->steady) : closed.peak;
+      const Bytes real = m.real(over);
+      const double ratio = static_cast<double>(predicted.count()) / static_cast<double>(real.count());
+      CAPTURE(m.line);
+      CAPTURE(m.model);
+      CAPTURE(to_string(over));
+      CAPTURE(ratio);
+      CHECK(ratio >= low);
+      CHECK(ratio <= high);
+      CHECK(max(closed.required, predictor.margin()(predicted)) >= real);  // the fit decision is safe
+      ++t.checks;
+      t.exact += predicted == real ? 1 : 0;
+      t.under += predicted < real ? 1 : 0;
+      t.lowest = std::min(t.lowest, ratio);
+      t.highest = std::max(t.highest, ratio);
+    }
+  }
+  MESSAGE("held out: " << t.checks << " checks: " << t.exact << " exact, " << t.under << " under; pred/real "
+                       << t.lowest << " .. " << t.highest);
+  return t;
+}
+}  // namespace
+
+// Held-out HF + PEFT arms (tests/validation/heldout_arms.json, each in a process of its own):
+// SmolLM2-360M and Qwen2.5-1.5B (head_dim 128), LoRA r=4 and r=32, lengths 1500 to 6000. One
+// check reads under: the first step of SmolLM2-360M full fine-tuning with checkpointing at
+// 2 x 1500, by 4.1 MB (0.11%), at the optimizer step. It is segment placement: with the driver's
+// headroom run up to 1 GiB instead of 512 MiB the simulation meets it; the range was set before
+// this check and is left as it was, so the check stays held out.
+TEST_CASE("hf-peft: held-out models, ranks and lengths: one check under by 0.11%") {
+  const SimulatedTally t = replay_held_out(
+      load("hf_heldout.jsonl", "hf-peft"), HfPeftPredictor{},
+      [](const MeasuredStep& m) -> std::optional<SimulatedPeak> {
+        if (hf_peft_program_gap(m.shape, m.step) != nullptr) return std::nullopt;
+        REQUIRE(m.baseline.has_value());
+        return simulate_hf_peft(m.shape, m.step, max(*m.baseline, hf_peft_process_bytes(m.shape, m.step)),
+                                m.cache_emptied_after_build);
+      },
+      0.9988, 1.03);
+  CHECK(t.checks == 40);
+  CHECK(t.under <= 1);  // measured: 1
+}
+
+// Held-out Probe steps (Llama-3.2-1B and SmolLM2-360M, lengths 1500 to 5000), several per process
+// as `vramfit probe` runs a sweep. Two full fine-tuning steps with checkpointing read under:
+// Llama-3.2-1B 2 x 1536 by 3.0 MiB and SmolLM2-360M 1 x 2048 by 0.74 MiB, both at the optimizer
+// step, where the gradients' blocks carry the slack; each ran after other steps in its process,
+// whose released segments leave the driver's free space in a shape the placements the simulation
+// runs do not cover. The band is not met here; this records by how much.
+TEST_CASE("libtorch: held-out models and lengths, two full fine-tuning steps under by 3 MiB or less") {
+  const SimulatedTally t = replay_held_out(
+      load("libtorch_heldout.jsonl", "libtorch"), LibTorchPredictor{},
+      [](const MeasuredStep& m) { return simulate_libtorch(m.shape, m.step, m.baseline.value_or(Bytes{})); }, 0.9997,
+      1.004);
+  CHECK(t.checks == 58);
+  CHECK(t.under <= 2);  // measured: 2
 }

@@ -871,7 +871,7 @@ class Runner:
         return self.sdpa_notes[key]
 
     # ---- the plan ------------------------------------------------------
-    def run_plan(self, arms, repeats, index=None):
+    def run_plan(self, arms, repeats, index=None, first_repeat=0):
         if index is not None:  # one arm, run as plan arm index[0] of repeat index[1]
             (arm,) = arms
             self.run_group([(index[0], arm)], index[1], 0, 1)
@@ -886,7 +886,7 @@ class Runner:
             groups[k].append((i, a))
         total = len(arms) * repeats
         n = 0
-        for rep in range(repeats):
+        for rep in range(first_repeat, first_repeat + repeats):
             for k in order:
                 n = self.run_group(groups[k], rep, n, total)
 
@@ -1173,6 +1173,8 @@ def parse_args(argv):
                           "(\"q_proj,v_proj\", a list, or \"all-linear\"); gradient_checkpointing; "
                           "logits_retained; batch; seq" % (", ".join(PRESETS), ", ".join(SHAPE_KEYS)))
     p.add_argument("--repeats", type=int, default=1, help="run the whole plan N times (default 1)")
+    p.add_argument("--first-repeat", type=int, default=0, metavar="K",
+                   help="number the repeats from K (default 0), to add repeats to an earlier run's")
     p.add_argument("--max-batch", action="store_true",
                    help="also find the largest batch that runs two steps under a memory cap, for the plan's "
                         "max-batch configurations (full: 4, smoke: 1; --arms uses full's)")
@@ -1198,6 +1200,8 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error("--repeats must be >= 1")
+    if args.first_repeat < 0:
+        p.error("--first-repeat must be >= 0")
     if args.isolate < 0:
         p.error("--isolate must be >= 0")
     if args.arm_index is not None:
@@ -1218,7 +1222,8 @@ def run_isolated(args, arms, mb):
     from concurrent.futures import ThreadPoolExecutor
     here = os.path.abspath(__file__)
     tmp = tempfile.mkdtemp(prefix="hf-isolate-")
-    jobs = [(rep, i, a) for rep in range(args.repeats) for i, a in enumerate(arms)]
+    reps = range(args.first_repeat, args.first_repeat + args.repeats)
+    jobs = [(rep, i, a) for rep in reps for i, a in enumerate(arms)]
     t0 = time.time()
 
     def spec(arm, keys):  # the arm as an --arms file gives it
@@ -1354,7 +1359,7 @@ def main(argv=None):
     log("plan: %d arms in %d model groups x %d repeat(s)%s" % (
         len(arms), n_groups, args.repeats, ("; then %d max-batch search(es)" % len(mb)) if args.max_batch else ""))
     if not args.max_batch_only:
-        runner.run_plan(arms, args.repeats, args.arm_index)
+        runner.run_plan(arms, args.repeats, args.arm_index, args.first_repeat)
     if args.max_batch:
         runner.run_max_batch(mb, STACK["gpu_total_memory"], args.max_batch_config_s)
     runner.print_summary()
