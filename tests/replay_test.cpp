@@ -214,8 +214,8 @@ SimulatedTally replay_held_out(const Measurements& data, const Predictor& predic
 // SmolLM2-360M and Qwen2.5-1.5B (head_dim 128), LoRA r=4 and r=32, lengths 1500 to 6000. One
 // check reads under: the first step of SmolLM2-360M full fine-tuning with checkpointing at
 // 2 x 1500, by 4.1 MB (0.11%), at the optimizer step. It is segment placement: with the driver's
-// headroom run up to 1 GiB instead of 512 MiB the simulation meets it; the range was set before
-// this check and is left as it was, so the check stays held out.
+// headroom run in 64 MiB steps up to 1 GiB (not 128 MiB steps to 512 MiB) the simulation meets
+// it; the range was set before this check and is left as it was, so the check stays held out.
 TEST_CASE("hf-peft: held-out models, ranks and lengths: one check under by 0.11%") {
   const SimulatedTally t = replay_held_out(
       load("hf_heldout.jsonl", "hf-peft"), HfPeftPredictor{},

@@ -1,5 +1,5 @@
 // Catch2 benchmark of the exact path: simulate_hf_peft and simulate_libtorch replay every allocator
-// request of a build and two steps through the allocator model, once per address order. No target; its own file, so the recorded programs'
+// request of a build and two steps through the allocator model, once per segment placement. No target; its own file, so the recorded programs'
 // header does not sit in the closed form's translation unit.
 #include <catch2/catch.hpp>
 
