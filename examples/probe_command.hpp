@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <vramfit/config_json.hpp>
 #include <vramfit/probe.hpp>
+#include <vramfit/simulate.hpp>
 #include <vramfit/vramfit.hpp>
 
 #include "cli_options.hpp"
@@ -165,9 +166,16 @@ inline int run_probe_command(const CliOptions& o) {
         const Step step = o.step(batch, seq);
         const Prediction prediction = o.stack == Stack::libtorch ? LibTorchPredictor{}.predict(shape, step)
                                                                  : HfPeftPredictor{}.predict(shape, step);
+        // As `vramfit predict` does: the libtorch stack's recorded program where one applies (the
+        // Probe's own flow), else the closed form. The hf-peft mirror keeps the closed form: the
+        // hf-peft programs are HF's process, not the reference step's.
+        Bytes predicted = prediction.peak;
+        if (o.stack == Stack::libtorch) {
+          if (const std::optional<SimulatedPeak> sim = simulate_libtorch(shape, step)) predicted = sim->peak;
+        }
         std::optional<probe::AllocatorTraceRecorder> recorder;
         if (o.trace_out) recorder.emplace(0);
-        const probe::CheckResult r = probe.measure(shape, step, prediction.peak, recorder ? &*recorder : nullptr);
+        const probe::CheckResult r = probe.measure(shape, step, predicted, recorder ? &*recorder : nullptr);
         if (recorder) {
           recorder->stop();
           if (!r.out_of_memory() && recorder->trace().events.empty())
@@ -181,7 +189,7 @@ inline int run_probe_command(const CliOptions& o) {
         } else {
           std::fprintf(stderr, "  seq %llu batch %llu: %s\n", static_cast<unsigned long long>(seq),
                        static_cast<unsigned long long>(batch), r.verdict.c_str());
-          SweepRow row{.batch = batch, .seq = seq, .predicted = prediction.peak};
+          SweepRow row{.batch = batch, .seq = seq, .predicted = predicted};
           if (!r.out_of_memory()) {
             row.real = r.real;
             row.realised_seq = r.realised_seq;
