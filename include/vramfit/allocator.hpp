@@ -264,7 +264,7 @@ class CachingAllocatorModel {
       if (lo + seg < hi) holes_.emplace(lo + seg, hi);
       return lo;
     }
-    const std::uint64_t chunk = (seg + kDriverChunk - 1) / kDriverChunk * kDriverChunk;
+    const std::uint64_t chunk = detail::checked_add(seg, kDriverChunk - 1) / kDriverChunk * kDriverChunk;
     next_address_ = detail::checked_sub(next_address_, chunk);
     if (seg < chunk) holes_.emplace(next_address_ + seg, next_address_ + chunk);
     return next_address_;
