@@ -90,7 +90,33 @@ namespace {
 struct SimulatedTally {
   std::size_t checks = 0, exact = 0, under = 0;
   double lowest = 1e9, highest = 0;
+
+  // Counts one check and asserts its pred/real within [low, high] (the caller captures the row).
+  void add(Bytes predicted, Bytes real, double low, double high) {
+    const double ratio = static_cast<double>(predicted.count()) / static_cast<double>(real.count());
+    CAPTURE(ratio);
+    CHECK(ratio >= low);
+    CHECK(ratio <= high);
+    ++checks;
+    exact += predicted == real ? 1 : 0;
+    under += predicted < real ? 1 : 0;
+    lowest = std::min(lowest, ratio);
+    highest = std::max(highest, ratio);
+  }
 };
+
+// Simulates a measured step in the flow that measured it, where its kind has a recorded program:
+// hf-peft on top of what the process held before the arm, the cache emptied after the build where
+// the harness emptied it; libtorch in the Probe's flow.
+std::optional<SimulatedPeak> simulate_hf_as_measured(const MeasuredStep& m) {
+  if (hf_peft_program_gap(m.shape, m.step) != nullptr) return std::nullopt;
+  REQUIRE(m.baseline.has_value());
+  return simulate_hf_peft(m.shape, m.step, max(*m.baseline, hf_peft_process_bytes(m.shape, m.step)),
+                          m.cache_emptied_after_build);
+}
+std::optional<SimulatedPeak> simulate_libtorch_as_measured(const MeasuredStep& m) {
+  return simulate_libtorch(m.shape, m.step, m.baseline.value_or(Bytes{}));
+}
 
 // Every measured step whose kind has a recorded program, simulated, first step and steady state.
 template <class Simulate>
@@ -100,20 +126,10 @@ SimulatedTally replay_simulated(const Measurements& data, Simulate simulate, dou
     const auto r = simulate(m);
     if (!r) continue;
     for (PeakOver over : {PeakOver::first_step, PeakOver::steady}) {
-      const Bytes predicted = over == PeakOver::first_step ? r->first : r->steady;
-      const Bytes real = m.real(over);
-      const double ratio = static_cast<double>(predicted.count()) / static_cast<double>(real.count());
       CAPTURE(m.line);
       CAPTURE(m.model);
       CAPTURE(to_string(over));
-      CAPTURE(ratio);
-      CHECK(ratio >= low);
-      CHECK(ratio <= high);
-      ++t.checks;
-      t.exact += predicted == real ? 1 : 0;
-      t.under += predicted < real ? 1 : 0;
-      t.lowest = std::min(t.lowest, ratio);
-      t.highest = std::max(t.highest, ratio);
+      t.add(over == PeakOver::first_step ? r->first : r->steady, m.real(over), low, high);
     }
   }
   MESSAGE("simulated " << t.checks << " checks: " << t.exact << " exact to the byte, " << t.under
@@ -128,12 +144,7 @@ SimulatedTally replay_simulated(const Measurements& data, Simulate simulate, dou
 TEST_CASE("hf-peft: recorded step programs give the measured peaks of LoRA and full fine-tuning steps") {
   const SimulatedTally t = replay_simulated(
       load("hf_steps.jsonl", "hf-peft"),
-      [](const MeasuredStep& m) -> std::optional<SimulatedPeak> {
-        if (hf_peft_program_gap(m.shape, m.step) != nullptr) return std::nullopt;
-        REQUIRE(m.baseline.has_value());
-        return simulate_hf_peft(m.shape, m.step, max(*m.baseline, hf_peft_process_bytes(m.shape, m.step)),
-                                m.cache_emptied_after_build);
-      },
+      simulate_hf_as_measured,
       0.9997, 1.003);
   CHECK(t.checks >= 306);  // 88 arms and 65 repeats, first and steady
   CHECK(t.exact >= 264);   // measured: 264 of 306
@@ -147,12 +158,9 @@ TEST_CASE("hf-peft: recorded step programs give the measured peaks of LoRA and f
 TEST_CASE("hf-peft: arms that shared a process read at most 1 MiB above the simulation") {
   const SimulatedTally t = replay_simulated(
       load("hf_steps_shared_process.jsonl", "hf-peft"),
-      [](const MeasuredStep& m) -> std::optional<SimulatedPeak> {
-        if (hf_peft_program_gap(m.shape, m.step) != nullptr) return std::nullopt;
-        REQUIRE(m.baseline.has_value());
+      [](const MeasuredStep& m) {
         CHECK(m.cache_emptied_after_build);
-        return simulate_hf_peft(m.shape, m.step, max(*m.baseline, hf_peft_process_bytes(m.shape, m.step)),
-                                m.cache_emptied_after_build);
+        return simulate_hf_as_measured(m);
       },
       0.9997, 1.003);
   CHECK(t.checks == 352);
@@ -164,7 +172,7 @@ TEST_CASE("hf-peft: arms that shared a process read at most 1 MiB above the simu
 TEST_CASE("libtorch: recorded step programs give the measured peaks of the Probe's steps") {
   const SimulatedTally t = replay_simulated(
       load("libtorch_steps.jsonl", "libtorch"),
-      [](const MeasuredStep& m) { return simulate_libtorch(m.shape, m.step, m.baseline.value_or(Bytes{})); }, 1.0,
+      simulate_libtorch_as_measured, 1.0,
       1.002);
   CHECK(t.checks == 216);  // 108 steps, first and steady
   CHECK(t.exact >= 196);   // measured: 196 of 216
@@ -188,20 +196,11 @@ SimulatedTally replay_held_out(const Measurements& data, const Predictor& predic
       s.peak_over = over;
       const Prediction closed = predictor.predict(m.shape, s);
       const Bytes predicted = sim ? (over == PeakOver::first_step ? sim->first : sim->steady) : closed.peak;
-      const Bytes real = m.real(over);
-      const double ratio = static_cast<double>(predicted.count()) / static_cast<double>(real.count());
       CAPTURE(m.line);
       CAPTURE(m.model);
       CAPTURE(to_string(over));
-      CAPTURE(ratio);
-      CHECK(ratio >= low);
-      CHECK(ratio <= high);
-      CHECK(max(closed.required, predictor.margin()(predicted)) >= real);  // the fit decision is safe
-      ++t.checks;
-      t.exact += predicted == real ? 1 : 0;
-      t.under += predicted < real ? 1 : 0;
-      t.lowest = std::min(t.lowest, ratio);
-      t.highest = std::max(t.highest, ratio);
+      CHECK(max(closed.required, predictor.margin()(predicted)) >= m.real(over));  // the fit decision is safe
+      t.add(predicted, m.real(over), low, high);
     }
   }
   MESSAGE("held out: " << t.checks << " checks: " << t.exact << " exact, " << t.under << " under; pred/real "
@@ -219,12 +218,7 @@ SimulatedTally replay_held_out(const Measurements& data, const Predictor& predic
 TEST_CASE("hf-peft: held-out models, ranks and lengths: one check under by 0.11%") {
   const SimulatedTally t = replay_held_out(
       load("hf_heldout.jsonl", "hf-peft"), HfPeftPredictor{},
-      [](const MeasuredStep& m) -> std::optional<SimulatedPeak> {
-        if (hf_peft_program_gap(m.shape, m.step) != nullptr) return std::nullopt;
-        REQUIRE(m.baseline.has_value());
-        return simulate_hf_peft(m.shape, m.step, max(*m.baseline, hf_peft_process_bytes(m.shape, m.step)),
-                                m.cache_emptied_after_build);
-      },
+      simulate_hf_as_measured,
       0.9988, 1.03);
   CHECK(t.checks == 40);
   CHECK(t.under <= 1);  // measured: 1
@@ -239,7 +233,7 @@ TEST_CASE("hf-peft: held-out models, ranks and lengths: one check under by 0.11%
 TEST_CASE("libtorch: held-out models and lengths, two full fine-tuning steps under by 3 MiB or less") {
   const SimulatedTally t = replay_held_out(
       load("libtorch_heldout.jsonl", "libtorch"), LibTorchPredictor{},
-      [](const MeasuredStep& m) { return simulate_libtorch(m.shape, m.step, m.baseline.value_or(Bytes{})); }, 0.9997,
+      simulate_libtorch_as_measured, 0.9997,
       1.004);
   CHECK(t.checks == 58);
   CHECK(t.under <= 2);  // measured: 2

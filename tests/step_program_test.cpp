@@ -187,8 +187,8 @@ TEST_CASE("the recorded HF + PEFT programs cover LoRA and full fine-tuning steps
 // the first step and of both steps equal the measured ones to the byte (but for the workspace
 // noted below). Full fine-tuning: at or above the measured peaks, within `over` bytes; its peak
 // moves with the segments' virtual addresses (CachingAllocatorModel::AddressOrder), and the
-// simulation takes the largest over several placements. Two SmolLM2 runs of one step in two processes
-// differ by 1 MiB.
+// simulation takes the largest over several placements. Two SmolLM2 runs of one step in two
+// processes differ by 1 MiB.
 TEST_CASE("recorded programs give real models' measured peaks, LoRA exactly, full fine-tuning from above") {
   struct Case {
     const char* name;

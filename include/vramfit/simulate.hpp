@@ -95,30 +95,29 @@ inline ProgramDims program_dims(const ModelShape& m, const Step& s) {
 }
 
 // Runs `program` under every segment placement the simulation considers (CachingAllocatorModel::
-// AddressOrder): ascending, descending, and the driver's at each of its headrooms and keeps the largest peak of each kind, with the
-// phase of the placement that gives it.
+// AddressOrder): ascending, descending, and the driver's at each of its headrooms; keeps the
+// largest peak of each kind, with the phase of the placement that gives it.
 inline SimulatedPeak simulate_placements(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
                                          bool empty_cache_after_build) {
   using Order = CachingAllocatorModel::AddressOrder;
   const ProgramDims d = program_dims(m, s);
   const bool first = s.peak_over == PeakOver::first_step;
   SimulatedPeak out;
-  bool any = false;
   const auto keep = [&](const ProgramPeaks& p) {
     out.first = max(out.first, p.first);
     out.steady = max(out.steady, p.steady);
     out.after_build = max(out.after_build, p.after_build);
     const Bytes peak = first ? p.first : p.steady;
-    if (!any || peak > out.peak) {
+    if (out.phase.empty() || peak > out.peak) {  // the first placement run, or a larger peak
       out.peak = peak;
       out.phase = StepProgram::phase_name(first ? p.first_phase : p.steady_phase);
       out.requests = p.requests;
     }
-    any = true;
   };
   keep(program.run(d, m.layers, held, empty_cache_after_build, Order::ascending));
   keep(program.run(d, m.layers, held, empty_cache_after_build, Order::descending));
-  for (std::uint64_t h = 0; h <= CachingAllocatorModel::kDriverHeadroomMax; h += CachingAllocatorModel::kDriverHeadroomStep)
+  for (std::uint64_t h = 0; h <= CachingAllocatorModel::kDriverHeadroomMax;
+       h += CachingAllocatorModel::kDriverHeadroomStep)
     keep(program.run(d, m.layers, held, empty_cache_after_build, Order::driver, h));
   return out;
 }
@@ -156,7 +155,7 @@ inline std::optional<SimulatedPeak> simulate_hf_peft(const ModelShape& m, const 
   const auto* e = detail::find_entry(programs::hf_peft::entries, m, s, nullptr);
   if (e == nullptr) return std::nullopt;
   return detail::simulate_placements(detail::parsed(programs::hf_peft::entries, *e), m, s,
-                                      baseline ? *baseline : hf_peft_process_bytes(m, s), empty_cache_after_build);
+                                     baseline ? *baseline : hf_peft_process_bytes(m, s), empty_cache_after_build);
 }
 
 /// The peak of the Probe's LibTorch step (`vramfit/probe.hpp`: build, then two steps, in a process
