@@ -28,9 +28,13 @@
 /// it holds free, lowest address first (the `headroom` a process starts with), then takes chunks of
 /// 32 MiB, or the segment rounded up to 32 MiB, each below the last, the segment at the chunk's
 /// bottom and the rest of the chunk free for later segments; a released segment's range is free
-/// again. How much headroom a process has depends on what it did before, so the simulation
-/// (`vramfit/simulate.hpp`) runs several, and the plain orders, and keeps the largest peak. With
-/// the real addresses given, the model reproduces the recorded traces to the byte.
+/// again. How much headroom a process has depends on what it did before: in processes that had
+/// released memory before their steps the recorded segments also went into earlier ranges above
+/// and below the first, in an order no rule here reproduces. `scattered` places each segment at
+/// a pseudo-random address (seeded, so a run repeats) and stands for those unknown placements.
+/// The simulation (`vramfit/simulate.hpp`) runs the plain orders, the driver's at several
+/// headrooms and a number of scattered ones, and keeps the largest peak. With the real addresses
+/// given, the model reproduces the recorded traces to the byte.
 
 #include <cstddef>
 #include <cstdint>
@@ -65,15 +69,21 @@ class CachingAllocatorModel {
   static constexpr std::uint64_t kDriverHeadroomStep = 128ULL << 20;
   static constexpr std::uint64_t kDriverHeadroomMax = 512ULL << 20;
 
-  /// The order of the addresses new segments take: each above the last, each below the last, or
-  /// the GPU driver's placement (see the file comment).
-  enum class AddressOrder : std::uint8_t { ascending, descending, driver };
+  /// The scattered placements the simulation runs (seeds 1 to this), besides the plain and the
+  /// driver's orders.
+  static constexpr std::uint64_t kScatteredPlacements = 32;
+
+  /// The order of the addresses new segments take: each above the last, each below the last, the
+  /// GPU driver's placement, or pseudo-random addresses (see the file comment).
+  enum class AddressOrder : std::uint8_t { ascending, descending, driver, scattered };
 
   CachingAllocatorModel() = default;
   /// `headroom`: with `AddressOrder::driver`, the free space (a multiple of 2 MiB) the driver holds
-  /// before the first segment; ignored otherwise.
+  /// before the first segment; with `AddressOrder::scattered`, the seed of the addresses; ignored
+  /// otherwise.
   explicit CachingAllocatorModel(AddressOrder order, std::uint64_t headroom = 0) : order_(order) {
     if (order_ == AddressOrder::descending) next_address_ = 1ULL << 62;
+    if (order_ == AddressOrder::scattered) seed_ = headroom;
     if (order_ == AddressOrder::driver) {
       if (headroom % kRoundLarge != 0 || headroom > (1ULL << 40))
         throw InvalidInput("headroom", "must be a multiple of 2 MiB, at most 1 TiB");
@@ -115,6 +125,8 @@ class CachingAllocatorModel {
         next_segment_at_ = 0;
       } else if (order_ == AddressOrder::driver) {
         b = make_block(driver_place(seg), seg, small);
+      } else if (order_ == AddressOrder::scattered) {
+        b = make_block(scattered_place(), seg, small);
       } else if (order_ == AddressOrder::descending) {
         next_address_ = detail::checked_sub(next_address_, seg);
         b = make_block(next_address_, seg, small);
@@ -269,6 +281,22 @@ class CachingAllocatorModel {
     if (seg < chunk) holes_.emplace(next_address_ + seg, next_address_ + chunk);
     return next_address_;
   }
+  // The scattered order: slot k of 2^22, each 2^40 bytes apart (so no two segments overlap),
+  // drawn by splitmix64 from the seed and the count of segments opened; a slot taken before goes
+  // to the next free one.
+  std::uint64_t scattered_place() {
+    std::uint64_t z = seed_ * 0x9E3779B97F4A7C15ULL + (++drawn_) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    std::uint64_t slot = (z & (kScatteredSlots - 1)) + 1;
+    while (!slots_.insert(slot).second) slot = slot % kScatteredSlots + 1;
+    return slot << 40;
+  }
+  static constexpr std::uint64_t kScatteredSlots = 1ULL << 22;
+  std::uint64_t seed_ = 0, drawn_ = 0;
+  std::set<std::uint64_t> slots_;  // the scattered order's slots taken
+
   void release_range(std::uint64_t lo, std::uint64_t hi) {
     auto next = holes_.lower_bound(lo);
     if (next != holes_.end() && next->first == hi) {

@@ -95,8 +95,8 @@ inline ProgramDims program_dims(const ModelShape& m, const Step& s) {
 }
 
 // Runs `program` under every segment placement the simulation considers (CachingAllocatorModel::
-// AddressOrder): ascending, descending, and the driver's at each of its headrooms; keeps the
-// largest peak of each kind, with the phase of the placement that gives it.
+// AddressOrder): ascending, descending, the driver's at each of its headrooms and the scattered
+// ones; keeps the largest peak of each kind, with the phase of the placement that gives it.
 inline SimulatedPeak simulate_placements(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
                                          bool empty_cache_after_build) {
   using Order = CachingAllocatorModel::AddressOrder;
@@ -119,6 +119,8 @@ inline SimulatedPeak simulate_placements(const StepProgram& program, const Model
   for (std::uint64_t h = 0; h <= CachingAllocatorModel::kDriverHeadroomMax;
        h += CachingAllocatorModel::kDriverHeadroomStep)
     keep(program.run(d, m.layers, held, empty_cache_after_build, Order::driver, h));
+  for (std::uint64_t seed = 1; seed <= CachingAllocatorModel::kScatteredPlacements; ++seed)
+    keep(program.run(d, m.layers, held, empty_cache_after_build, Order::scattered, seed));
   return out;
 }
 }  // namespace detail
