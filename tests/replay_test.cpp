@@ -8,12 +8,11 @@
 // - the closed-form peak stays within the measured envelope (a guard against regressions):
 //   hf-peft 0.975 to 1.015, libtorch 0.965 to 1.13 (its first step over-predicts by up to 12%);
 // - the exact path (recorded step programs through the allocator model, vramfit/simulate.hpp):
-//   every measured step of a recorded kind at or above its real peak, within 0.2%, mostly to
+//   every measured step of a recorded kind at or above its real peak, within 0.5%, mostly to
 //   the byte, for both stacks (hf-peft arms each in a process of their own, as a trainer runs);
-// - held-out steps (models, ranks and lengths in no other data, predicted as the CLI does):
-//   hf-peft in [0.9988, 1.004], one first step under by 4.1 MB; libtorch in [0.9997, 1.004], two
-//   full fine-tuning steps with checkpointing under by 3.0 MiB and 0.74 MiB (see the tests). The
-//   fit decision (`required`) is safe on all of them.
+// - held-out steps (models, ranks and lengths in no other data, predicted as the CLI does): none
+//   under, within 0.7% (the first set, which led to the scattered placements; see the tests) and
+//   0.02% (the second, measured after). The fit decision (`required`) is safe on all of them.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -145,26 +144,26 @@ TEST_CASE("hf-peft: recorded step programs give the measured peaks of LoRA and f
   const SimulatedTally t = replay_simulated(
       load("hf_steps.jsonl", "hf-peft"),
       simulate_hf_as_measured,
-      0.9997, 1.003);
+      1.0, 1.003);
   CHECK(t.checks >= 306);  // 88 arms and 65 repeats, first and steady
-  CHECK(t.exact >= 264);   // measured: 264 of 306
+  CHECK(t.exact >= 254);   // measured: 254 of 306
   CHECK(t.under == 0);
 }
 
 // The same arms measured sharing a process, a model build per model (hf_harness.py without
 // --isolate: a probe forward and an emptied cache after the build, workspaces and cached blocks
-// from earlier arms). Simulated as that flow, three checks read under, each by 1 MiB or less: what
-// the earlier arms leave is outside the model. Kept to show the size of that effect.
-TEST_CASE("hf-peft: arms that shared a process read at most 1 MiB above the simulation") {
+// from earlier arms). Simulated as that flow, three checks read under, each by 1 MiB or less, until
+// the scattered placements; they meet them.
+TEST_CASE("hf-peft: arms that shared a process meet the simulation") {
   const SimulatedTally t = replay_simulated(
       load("hf_steps_shared_process.jsonl", "hf-peft"),
       [](const MeasuredStep& m) {
         CHECK(m.cache_emptied_after_build);
         return simulate_hf_as_measured(m);
       },
-      0.9997, 1.003);
+      1.0, 1.003);
   CHECK(t.checks == 352);
-  CHECK(t.under <= 3);  // measured: 3
+  CHECK(t.under == 0);
 }
 
 // The Probe's LibTorch steps (tests/data/libtorch_steps.jsonl, each in the Probe's flow: workspaces
@@ -173,9 +172,9 @@ TEST_CASE("libtorch: recorded step programs give the measured peaks of the Probe
   const SimulatedTally t = replay_simulated(
       load("libtorch_steps.jsonl", "libtorch"),
       simulate_libtorch_as_measured, 1.0,
-      1.002);
+      1.005);
   CHECK(t.checks == 216);  // 108 steps, first and steady
-  CHECK(t.exact >= 196);   // measured: 196 of 216
+  CHECK(t.exact >= 180);   // measured: 180 of 216
   // Two full fine-tuning steps (SmolLM2-135M 1 x 1024 with checkpointing, TinyLlama-1.1B 1 x 3000)
   // read under with segments placed in ascending or descending order (by 3.1 MB and 0.6 MB); the
   // driver's order meets them (tests/allocator_test.cpp).
@@ -210,31 +209,57 @@ SimulatedTally replay_held_out(const Measurements& data, const Predictor& predic
 }  // namespace
 
 // Held-out HF + PEFT arms (tests/validation/heldout_arms.json, each in a process of its own):
-// SmolLM2-360M and Qwen2.5-1.5B (head_dim 128), LoRA r=4 and r=32, lengths 1500 to 6000. One
-// check reads under: the first step of SmolLM2-360M full fine-tuning with checkpointing at
-// 2 x 1500, by 4.1 MB (0.11%), at the optimizer step. It is segment placement: with the driver's
-// headroom run in 64 MiB steps up to 1 GiB (not 128 MiB steps to 512 MiB) the simulation meets
-// it; the range was set before this check and is left as it was, so the check stays held out.
-TEST_CASE("hf-peft: held-out models, ranks and lengths: one check under by 0.11%") {
+// SmolLM2-360M and Qwen2.5-1.5B (head_dim 128), LoRA r=4 and r=32, lengths 1500 to 6000. Before
+// the scattered placements, one check read under: SmolLM2-360M full fine-tuning with checkpointing
+// at 2 x 1500, first step, by 4.1 MB, at the optimizer step (its trace, replayed at the recorded
+// addresses, gives the peak to the byte; the driver's order at any headroom misses it:
+// tests/allocator_test.cpp). These checks led to the scattered placements, so they are no longer
+// held out from it; the second set below is.
+TEST_CASE("hf-peft: first held-out set: models, ranks and lengths in no other data") {
   const SimulatedTally t = replay_held_out(
       load("hf_heldout.jsonl", "hf-peft"), HfPeftPredictor{},
       simulate_hf_as_measured,
-      0.9988, 1.03);
+      1.0, 1.004);
   CHECK(t.checks == 40);
-  CHECK(t.under <= 1);  // measured: 1
+  CHECK(t.under == 0);
 }
 
 // Held-out Probe steps (Llama-3.2-1B and SmolLM2-360M, lengths 1500 to 5000), several per process
-// as `vramfit probe` runs a sweep. Two full fine-tuning steps with checkpointing read under:
-// Llama-3.2-1B 2 x 1536 by 3.0 MiB and SmolLM2-360M 1 x 2048 by 0.74 MiB, both at the optimizer
-// step, where the gradients' blocks carry the slack; each ran after other steps in its process,
-// whose released segments leave the driver's free space in a shape the placements the simulation
-// runs do not cover. The band is not met here; this records by how much.
-TEST_CASE("libtorch: held-out models and lengths, two full fine-tuning steps under by 3 MiB or less") {
+// as `vramfit probe` runs a sweep. Before the scattered placements two full fine-tuning steps with
+// checkpointing read under, by 3.0 MiB (Llama-3.2-1B 2 x 1536) and 0.74 MiB, both after other
+// steps in the process: the segments those released leave the driver's free space in a shape no
+// rule reproduces. Run alone, Llama-3.2-1B 2 x 1536 meets the simulation to the byte (next test).
+TEST_CASE("libtorch: first held-out set, several steps per process") {
   const SimulatedTally t = replay_held_out(
       load("libtorch_heldout.jsonl", "libtorch"), LibTorchPredictor{},
-      simulate_libtorch_as_measured, 0.9997,
-      1.004);
+      simulate_libtorch_as_measured, 1.0,
+      1.007);
   CHECK(t.checks == 58);
-  CHECK(t.under <= 2);  // measured: 2
+  CHECK(t.under == 0);
+}
+
+// The same 29 Probe steps run again, each in a `vramfit probe` process of its own (before the
+// scattered placements, one read under: SmolLM2-135M 1 x 2500 full with checkpointing, by 54,784 B).
+TEST_CASE("libtorch: first held-out set, each step in a process of its own") {
+  const SimulatedTally t = replay_held_out(
+      load("libtorch_heldout_isolated.jsonl", "libtorch"), LibTorchPredictor{},
+      simulate_libtorch_as_measured, 1.0,
+      1.007);
+  CHECK(t.checks == 58);
+  CHECK(t.under == 0);
+}
+
+// The second held-out set, measured after the scattered placements were in: models no data had
+// (SmolLM2-1.7B, Qwen2.5-3B, Mistral-7B-v0.1), ranks 8 to 16, lengths 1000 to 6000, batch 1 to 4,
+// each step in a process of its own (tests/validation/heldout_arms_2.json; the Probe's steps from
+// tests/validation/heldout_probe_2.args).
+TEST_CASE("second held-out set: hf-peft and libtorch") {
+  const SimulatedTally hf = replay_held_out(load("hf_heldout_2.jsonl", "hf-peft"), HfPeftPredictor{},
+                                            simulate_hf_as_measured, 1.0, 1.03);
+  CHECK(hf.checks == 16);
+  CHECK(hf.under == 0);
+  const SimulatedTally lt = replay_held_out(load("libtorch_heldout_2.jsonl", "libtorch"), LibTorchPredictor{},
+                                            simulate_libtorch_as_measured, 1.0, 1.02);
+  CHECK(lt.checks == 16);
+  CHECK(lt.under == 0);
 }

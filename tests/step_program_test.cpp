@@ -183,25 +183,25 @@ TEST_CASE("the recorded HF + PEFT programs cover LoRA and full fine-tuning steps
 
 // Traces of real models recorded on the H200 in a process of their own or as its first arms
 // (tests/validation/trace_capture.py: build, then two steps, no empty_cache between): shapes,
-// layer counts and batch sizes the programs were not recorded at. LoRA: the simulated peaks of
-// the first step and of both steps equal the measured ones to the byte (but for the workspace
-// noted below). Full fine-tuning: at or above the measured peaks, within `over` bytes; its peak
-// moves with the segments' virtual addresses (CachingAllocatorModel::AddressOrder), and the
-// simulation takes the largest over several placements. Two SmolLM2 runs of one step in two
-// processes differ by 1 MiB.
-TEST_CASE("recorded programs give real models' measured peaks, LoRA exactly, full fine-tuning from above") {
+// layer counts and batch sizes the programs were not recorded at. The simulated peaks of the
+// first step and of both steps are at or above the measured ones, within `over` bytes (and the
+// workspace noted below): LoRA to the byte but TinyLlama's steady state (1 MiB, a scattered
+// placement), full fine-tuning within 5.6 MiB. The peak moves with the segments' virtual addresses
+// (CachingAllocatorModel::AddressOrder), and the simulation takes the largest over many
+// placements. Two SmolLM2 runs of one step in two processes differ by 1 MiB.
+TEST_CASE("recorded programs give real models' measured peaks from above, LoRA within 1 MiB") {
   struct Case {
     const char* name;
     std::uint64_t over;  // simulated steady peak minus measured, as recorded
   };
   int checked = 0;
   for (const Case c : {Case{"smollm2-135m-lora-r8-attn-s1024", 0}, Case{"smollm2-135m-lora-r16-all-s1024", 0},
-                       Case{"qwen2.5-0.5b-lora-r8-attn-gc-s1024", 0}, Case{"tinyllama-1.1b-lora-r8-attn-s1024", 0},
+                       Case{"qwen2.5-0.5b-lora-r8-attn-gc-s1024", 0}, Case{"tinyllama-1.1b-lora-r8-attn-s1024", 1048576},
                        Case{"llama-3.2-1b-lora-r8-attn-gc-s3000", 0}, Case{"smollm2-135m-full-s1024", 1179648},
                        Case{"smollm2-135m-full-gc-s2048", 5832704},
                        Case{"smollm2-135m-full-gc-s2048-addresses", 3735552},
                        Case{"qwen2.5-0.5b-full-gc-s2048", 0}, Case{"qwen2.5-0.5b-full-kept-b2-s1000", 0},
-                       Case{"tinyllama-1.1b-full-s1024", 1048576}}) {
+                       Case{"tinyllama-1.1b-full-s1024", 2097152}}) {
     const char* name = c.name;
     CAPTURE(std::string(name));
     const nlohmann::json row = test::trace_row(name);
