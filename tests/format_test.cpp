@@ -165,9 +165,22 @@ TEST_CASE("sweep_table prints the record's columns, blank where unknown") {
   REQUIRE(lines.size() == 4);
   CHECK(lines[0] == " seq  batch  predicted      real  pred/real  verdict                 realised");
   CHECK(lines[1] == "2048      1   1.596 GB  1.365 GB     1.169x  over-predicts: safe         2048");
-  CHECK(lines[2] == "6144      1   3.000 GB  3.943 GB     0.761x  UNDER-PREDICTS: unsafe      6100");
+  CHECK(lines[2] == "6144      1   3.000 GB  3.943 GB     0.760x  UNDER-PREDICTS: unsafe      6100");
   CHECK(lines[3] == "4096      4   3.094 GB");
   CHECK(table.find("fits") == std::string::npos);
+}
+
+TEST_CASE("sweep_table: an under-prediction never reads as 1.000x") {
+  const std::vector<SweepRow> rows = {
+      {.batch = 2, .seq = 1536, .predicted = Bytes(11013105152), .real = Bytes(11016250880)},  // 0.99971
+      {.batch = 1, .seq = 1536, .predicted = Bytes(11013105152), .real = Bytes(11013105152)},
+      {.batch = 1, .seq = 1024, .predicted = Bytes(1000600000), .real = Bytes(1000000000)},    // 1.0006
+  };
+  const auto lines = lines_of(vramfit::sweep_table(rows));
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[1].find("0.999x  UNDER-PREDICTS") != std::string::npos);
+  CHECK(lines[2].find("1.000x  over-predicts") != std::string::npos);
+  CHECK(lines[3].find("1.001x  over-predicts") != std::string::npos);
 }
 
 TEST_CASE("sweep_table adds a fits column when a row has one") {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -235,9 +236,17 @@ struct SweepRow {
   }
 };
 
+namespace detail {
+/// pred/real to 3 decimals and "x"; a ratio under 1 rounds down, so an under-prediction never
+/// reads as 1.000x (0.9997 prints 0.999x).
+inline std::string ratio_cell(double ratio) {
+  return fmt::format("{:.3f}x", ratio < 1.0 ? std::floor(ratio * 1000.0) / 1000.0 : ratio);
+}
+}  // namespace detail
+
 /**
  * The record's sweep table, one row per step: seq, batch, predicted, real, pred/real (3
- * decimals and "x"), verdict, realised sequence length; blank cells where a value is unknown,
+ * decimals and "x", see `detail::ratio_cell`), verdict, realised sequence length; blank cells where a value is unknown,
  * and a "fits" column when any row has one.
  *
  *      seq  batch  predicted      real  pred/real  verdict              realised
@@ -262,7 +271,7 @@ inline std::string sweep_table(std::span<const SweepRow> rows) {
                                       detail::scaled(r.predicted.count(), detail::decimal_byte_units, 1000, " "),
                                       r.real ? detail::scaled(r.real->count(), detail::decimal_byte_units, 1000, " ")
                                              : std::string(),
-                                      ratio ? fmt::format("{:.3f}x", *ratio) : std::string(),
+                                      ratio ? detail::ratio_cell(*ratio) : std::string(),
                                       std::string(r.verdict()),
                                       r.realised_seq ? fmt::format("{}", *r.realised_seq) : std::string()};
     if (with_fits) cells.emplace_back(r.fits ? (*r.fits ? "yes" : "no") : "");
