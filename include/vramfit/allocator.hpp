@@ -289,6 +289,8 @@ class CachingAllocatorModel {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     z ^= z >> 31;
+    if (slots_.size() >= kScatteredSlots)
+      throw InvalidInput("segments", "the scattered order places at most 4194304 segments");
     std::uint64_t slot = (z & (kScatteredSlots - 1)) + 1;
     while (!slots_.insert(slot).second) slot = slot % kScatteredSlots + 1;
     return slot << 40;
