@@ -22,6 +22,7 @@
 
 #include <fmt/format.h>
 
+#include "vramfit/estimate.hpp"
 #include "vramfit/vramfit.hpp"
 
 namespace vramfit::cli {
@@ -62,7 +63,7 @@ inline constexpr bool probe_available = false;
 #endif
 
 /// The stack profile behind --stack.
-enum class Stack : std::uint8_t { hf_peft, libtorch };
+using vramfit::Stack;
 
 /// Every option of every subcommand, with the CLI's defaults.
 struct CliOptions {
@@ -180,11 +181,7 @@ inline std::string canonical_preset_name(std::string_view name) {
   return std::string(name);
 }
 
-inline Stack parse_stack(std::string_view flag, std::string_view text) {
-  if (vramfit::detail::iequals(text, profiles::HfPeft::name)) return Stack::hf_peft;
-  if (vramfit::detail::iequals(text, profiles::LibTorch::name)) return Stack::libtorch;
-  throw InvalidInput(flag, "unknown stack '" + std::string(text) + "' (allowed: hf-peft, libtorch)");
-}
+inline Stack parse_stack(std::string_view flag, std::string_view text) { return vramfit::parse_stack(text, flag); }
 
 }  // namespace detail
 

@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <vramfit/config_json.hpp>
 #include <vramfit/probe.hpp>
-#include <vramfit/simulate.hpp>
+#include <vramfit/estimate.hpp>
 #include <vramfit/vramfit.hpp>
 
 #include "cli_options.hpp"
@@ -164,15 +164,11 @@ inline int run_probe_command(const CliOptions& o) {
     for (std::uint64_t batch : o.batches)
       for (std::uint64_t k = 0; k < o.repeats; ++k) {
         const Step step = o.step(batch, seq);
-        const Prediction prediction = o.stack == Stack::libtorch ? LibTorchPredictor{}.predict(shape, step)
-                                                                 : HfPeftPredictor{}.predict(shape, step);
-        // As `vramfit predict` does: the libtorch stack's recorded program where one applies (the
-        // Probe's own flow), else the closed form. The hf-peft mirror keeps the closed form: the
-        // hf-peft programs are HF's process, not the reference step's.
-        Bytes predicted = prediction.peak;
-        if (o.stack == Stack::libtorch) {
-          if (const std::optional<SimulatedPeak> sim = simulate_libtorch(shape, step)) predicted = sim->peak;
-        }
+        // As `vramfit predict` does (`vramfit::estimate`). The libtorch programs are the Probe's own
+        // flow; the hf-peft ones are HF's process, not the reference step's, so the hf-peft mirror
+        // is checked against the closed form.
+        const vramfit::Estimate e = vramfit::estimate(shape, step, o.stack);
+        const Bytes predicted = o.stack == Stack::libtorch ? e.peak : e.closed_form.peak;
         std::optional<probe::AllocatorTraceRecorder> recorder;
         if (o.trace_out) recorder.emplace(0);
         const probe::CheckResult r = probe.measure(shape, step, predicted, recorder ? &*recorder : nullptr);

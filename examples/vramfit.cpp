@@ -19,8 +19,8 @@
 
 #include "cli_options.hpp"
 #include "vramfit/config_json.hpp"
-#include "vramfit/replay.hpp"
-#include "vramfit/simulate.hpp"
+#include "vramfit/detail/replay.hpp"
+#include "vramfit/detail/simulate.hpp"
 #include "vramfit/vramfit.hpp"
 
 #ifdef VRAMFIT_WITH_PROBE
@@ -57,64 +57,23 @@ NamedModel resolve_model(const CliOptions& o) {
   return {*o.model, false, vramfit::preset(*o.model)};
 }
 
-/// Calls `f` with the predictor of the chosen stack.
-template <class F>
-auto with_predictor(vramfit::cli::Stack stack, F&& f) {
-  if (stack == vramfit::cli::Stack::libtorch) return f(vramfit::LibTorchPredictor{});
-  return f(vramfit::HfPeftPredictor{});
+/// The estimate of one step under the chosen stack, in the flow a measurement ran (`baseline`,
+/// `empty_cache_after_build`) or a fresh process.
+vramfit::Estimate predict(const CliOptions& o, const ModelShape& shape, const Step& step,
+                          std::optional<Bytes> baseline = std::nullopt, bool empty_cache_after_build = false) {
+  return vramfit::estimate(shape, step, o.stack,
+                           {.held_before = baseline, .cache_emptied_after_build = empty_cache_after_build});
 }
 
-/// The prediction of one step under the chosen stack.
-/// The closed-form prediction, and for steps of a recorded kind (either stack) the allocator
-/// simulation of the recorded step program, which is then the peak reported (the closed form's terms stay
-/// the breakdown). `required` covers both peaks plus the allocator's margin.
-struct Predicted {
-  Prediction p;                                  ///< closed form
-  std::optional<vramfit::SimulatedPeak> sim;     ///< allocator simulation, where a program applies
-  const char* gap = nullptr;                     ///< why there is none
-  Bytes required;
-  [[nodiscard]] Bytes peak() const { return sim ? sim->peak : p.peak; }
-  [[nodiscard]] std::string_view method() const { return sim ? "allocator simulation" : "closed form"; }
-};
-
-Predicted predict(const CliOptions& o, const ModelShape& shape, const Step& step,
-                  std::optional<Bytes> baseline = std::nullopt, bool empty_cache_after_build = false) {
-  Predicted out;
-  out.p = with_predictor(o.stack, [&](const auto& predictor) { return predictor.predict(shape, step); });
-  out.required = out.p.required;
-  if (o.stack == vramfit::cli::Stack::hf_peft) {
-    out.gap = vramfit::hf_peft_program_gap(shape, step);
-    if (out.gap == nullptr) {
-      // A recorded process baseline (the harness's pre_arm_allocated) already holds what an earlier
-      // arm left; it is never less than what the process holds outside the program.
-      const std::optional<Bytes> held =
-          baseline ? std::optional<Bytes>(vramfit::max(*baseline, vramfit::hf_peft_process_bytes(shape, step)))
-                   : std::nullopt;
-      out.sim = vramfit::simulate_hf_peft(shape, step, held, empty_cache_after_build);
-      const Bytes margin = vramfit::HfPeftPredictor{}.margin()(out.sim->peak);
-      out.required = vramfit::max(out.required, margin);
-    }
-  } else {
-    // The Probe's flow: cuBLAS workspaces released and the cache emptied before the build, so the
-    // program makes them; no emptying after the build.
-    out.gap = vramfit::libtorch_program_gap(shape, step);
-    if (out.gap == nullptr) {
-      out.sim = vramfit::simulate_libtorch(shape, step, baseline.value_or(Bytes{}));
-      const Bytes margin = vramfit::LibTorchPredictor{}.margin()(out.sim->peak);
-      out.required = vramfit::max(out.required, margin);
-    }
-  }
-  return out;
-}
-
-Json simulation_json(const Predicted& r) {
-  if (!r.sim) return Json{{"available", false}, {"why", r.gap ? r.gap : "no recorded program"}};
+Json simulation_json(const vramfit::Estimate& r) {
+  if (!r.simulation) return Json{{"available", false}, {"why", r.no_simulation}};
   return Json{{"available", true},
-              {"peak_bytes", r.sim->peak.count()},
-              {"first_step_bytes", r.sim->first.count()},
-              {"steady_bytes", r.sim->steady.count()},
-              {"phase", r.sim->phase},
-              {"requests", r.sim->requests}};
+              {"peak_bytes", r.simulation->peak.count()},
+              {"first_step_bytes", r.simulation->first.count()},
+              {"steady_bytes", r.simulation->steady.count()},
+              {"reserved_bytes", r.simulation->reserved.count()},
+              {"phase", r.simulation->phase},
+              {"requests", r.simulation->requests}};
 }
 
 // ---- JSON ---------------------------------------------------------------------------------------
@@ -192,15 +151,15 @@ std::string budget_text(Bytes budget) { return fmt::format("{} ({:i})", budget, 
 int run_predict(const CliOptions& o) {
   const NamedModel model = resolve_model(o);
   const Step step = o.step(o.batches.front(), o.seqs.front());
-  const Predicted r = predict(o, model.shape, step);
-  const Prediction& p = r.p;
+  const vramfit::Estimate r = predict(o, model.shape, step);
+  const Prediction& p = r.closed_form;
   const bool fits = !o.budget || r.required <= *o.budget;
 
   if (o.json) {
     Json j;
-    j["peak_bytes"] = r.peak().count();
+    j["peak_bytes"] = r.peak.count();
     j["required_bytes"] = r.required.count();
-    j["method"] = r.method();
+    j["method"] = vramfit::to_string(r.method);
     j["closed_form_peak_bytes"] = p.peak.count();
     j["simulation"] = simulation_json(r);
     j["phase"] = vramfit::to_key(p.phase);
@@ -219,13 +178,13 @@ int run_predict(const CliOptions& o) {
   } else {
     print_context(model, vramfit::describe(step), step);
     fmt::print("\n{}", p);
-    if (r.sim)
+    if (r.simulation)
       fmt::print("\nallocator simulation of the recorded {} step ({} requests): peak {} in the {}\n"
                  "(the prediction; the terms above are the closed form's breakdown, {} at its peak)\n",
-                 o.stack == vramfit::cli::Stack::libtorch ? "LibTorch probe" : "HF + PEFT", r.sim->requests,
-                 r.sim->peak, r.sim->phase, p.peak);
-    else if (r.gap)
-      fmt::print("\nno allocator simulation: {}; the closed form is the prediction\n", r.gap);
+                 o.stack == vramfit::Stack::libtorch ? "LibTorch probe" : "HF + PEFT", r.simulation->requests,
+                 r.simulation->peak, r.simulation->phase, p.peak);
+    else if (!r.no_simulation.empty())
+      fmt::print("\nno allocator simulation: {}; the closed form is the prediction\n", r.no_simulation);
     if (o.budget) {
       if (fits)
         fmt::print("\nfits the budget of {}: requires {}, headroom {}\n", budget_text(*o.budget), r.required,
@@ -244,12 +203,11 @@ int run_max(const CliOptions& o, bool search_batch) {
   const vramfit::Budget budget(*o.budget);
   Step step = o.step(o.batches.front(), o.seqs.front());
   const std::string_view what = search_batch ? "batch" : "seq";
-  const std::uint64_t best = with_predictor(o.stack, [&](const auto& predictor) {
-    return search_batch ? predictor.max_batch(model.shape, step, budget) : predictor.max_seq(model.shape, step, budget);
-  });
-  std::uint64_t& searched = search_batch ? step.batch : step.seq;
-  searched = best == 0 ? 1 : best;
-  const Prediction at = predict(o, model.shape, step).p;
+  const vramfit::SearchResult found = search_batch ? vramfit::max_batch(model.shape, step, budget, o.stack)
+                                                   : vramfit::max_seq(model.shape, step, budget, o.stack);
+  const std::uint64_t best = found.value;
+  (search_batch ? step.batch : step.seq) = best == 0 ? 1 : best;
+  const vramfit::Estimate& at = found.at;
   const std::string key = fmt::format("max_{}", what);
 
   if (o.json) {
@@ -257,10 +215,12 @@ int run_max(const CliOptions& o, bool search_batch) {
     j[key] = best;
     j["budget_bytes"] = budget.usable.count();
     // The step at the answer (at 1 when nothing fits) and its prediction.
+    j["capped"] = found.capped;
     j["prediction"] = {{"peak_bytes", at.peak.count()},
                        {"required_bytes", at.required.count()},
-                       {"phase", vramfit::to_key(at.phase)}};
-    j["stack"] = at.stack;
+                       {"method", vramfit::to_string(at.method)},
+                       {"phase", at.phase}};
+    j["stack"] = vramfit::to_string(at.stack);
     j["model"] = model_json(model);
     j["step"] = step_json(step);
     fmt::print("{}\n", j.dump(2));
@@ -268,7 +228,7 @@ int run_max(const CliOptions& o, bool search_batch) {
     print_context(model, fmt::format("{} {}, {} searched; {}", search_batch ? "seq" : "batch",
                                      search_batch ? step.seq : step.batch, what, vramfit::describe_setup(step)),
                   step);
-    fmt::print("stack:  {}\nbudget: {}\n\n", at.stack, budget_text(budget.usable));
+    fmt::print("stack:  {} ({})\nbudget: {}\n\n", vramfit::to_string(at.stack), vramfit::to_string(at.method), budget_text(budget.usable));
     if (best == 0) {
       fmt::print("max {}: 0: not even {} 1 fits; it requires {} (peak {} in the {})\n", what, what, at.required,
                  at.peak, at.phase);
@@ -284,7 +244,7 @@ int run_sweep(const CliOptions& o) {
   const NamedModel model = resolve_model(o);
   struct Row {
     Step step;
-    Predicted prediction;
+    vramfit::Estimate prediction;
   };
   std::vector<Row> rows;  // every prediction first: a bad value fails before anything is printed
   for (std::uint64_t seq : o.seqs)
@@ -295,7 +255,7 @@ int run_sweep(const CliOptions& o) {
   bool all_fit = true;
   std::vector<vramfit::SweepRow> table;
   for (const Row& r : rows) {
-    vramfit::SweepRow row{.batch = r.step.batch, .seq = r.step.seq, .predicted = r.prediction.peak()};
+    vramfit::SweepRow row{.batch = r.step.batch, .seq = r.step.seq, .predicted = r.prediction.peak};
     if (o.budget) {
       row.fits = r.prediction.required <= *o.budget;
       all_fit = all_fit && *row.fits;
@@ -304,13 +264,13 @@ int run_sweep(const CliOptions& o) {
       Json j;
       j["seq"] = r.step.seq;
       j["batch"] = r.step.batch;
-      j["peak_bytes"] = r.prediction.peak().count();
+      j["peak_bytes"] = r.prediction.peak.count();
       j["required_bytes"] = r.prediction.required.count();
-      j["method"] = r.prediction.method();
-      j["closed_form_peak_bytes"] = r.prediction.p.peak.count();
-      j["phase"] = vramfit::to_key(r.prediction.p.phase);
+      j["method"] = vramfit::to_string(r.prediction.method);
+      j["closed_form_peak_bytes"] = r.prediction.closed_form.peak.count();
+      j["phase"] = vramfit::to_key(r.prediction.closed_form.phase);
       if (o.budget) add_budget_json(j, r.prediction.required, *o.budget);
-      j["stack"] = r.prediction.p.stack;
+      j["stack"] = r.prediction.closed_form.stack;
       j["world_size"] = r.step.world_size;
       j["sharding"] = vramfit::sharding_name(r.step);
       j[model.from_config ? "config" : "model"] = model.name;
@@ -324,7 +284,7 @@ int run_sweep(const CliOptions& o) {
                   fmt::format("seq {} x batch {}; {}", join(o.seqs), join(o.batches),
                               vramfit::describe_setup(o.step(1, 1))),
                   o.step(1, 1));
-    fmt::print("stack:  {} ({})\n", rows.front().prediction.p.stack, rows.front().prediction.method());
+    fmt::print("stack:  {}\n", vramfit::to_string(o.stack));
     if (o.budget)
       fmt::print("budget: {}; fits: the peak plus the allocator's margin is within it\n", budget_text(*o.budget));
     fmt::print("\n{}", vramfit::sweep_table(table));
@@ -339,7 +299,7 @@ int run_replay_trace(const CliOptions& o);
 
 int run_replay(const CliOptions& o) {
   if (o.trace) return run_replay_trace(o);
-  const vramfit::Measurements data = vramfit::load_measurements(*o.data, "hf-peft");
+  const vramfit::detail::Measurements data = vramfit::detail::load_measurements(*o.data, "hf-peft");
   if (data.steps.empty())
     throw vramfit::InvalidInput("--data", "no measured steps in '" + o.data->string() + "'");
   bool all_safe = true;
@@ -349,25 +309,25 @@ int run_replay(const CliOptions& o) {
     if (!table.empty() && !o.json) fmt::print("{}\n", vramfit::sweep_table(table));
     table.clear();
   };
-  for (const vramfit::MeasuredStep& m : data.steps) {
+  for (const vramfit::detail::MeasuredStep& m : data.steps) {
     CliOptions row_options = o;
-    row_options.stack = o.stack_given ? o.stack : vramfit::cli::detail::parse_stack("stack_profile", m.stack);
+    row_options.stack = o.stack_given ? o.stack : vramfit::parse_stack(m.stack, "stack_profile");
     // As the harness ran it: the cache emptied after the build, on top of what the process held
     // before the arm (its recorded pre_arm_allocated, where there is one).
-    const Predicted r = predict(row_options, m.shape, m.step, m.baseline, m.cache_emptied_after_build);
-    const Prediction& p = r.p;
+    const vramfit::Estimate r = predict(row_options, m.shape, m.step, m.baseline, m.cache_emptied_after_build);
+    const Prediction& p = r.closed_form;
     const Bytes real = m.real(m.step.peak_over);
-    vramfit::SweepRow row{.batch = m.step.batch, .seq = m.step.seq, .predicted = r.peak(), .real = real,
+    vramfit::SweepRow row{.batch = m.step.batch, .seq = m.step.seq, .predicted = r.peak, .real = real,
                           .realised_seq = m.realised_seq};
-    all_safe = all_safe && r.peak() >= real;
+    all_safe = all_safe && r.peak >= real;
     if (o.json) {
       Json j;
       j["line"] = m.line;
       j["model"] = m.model;
       j["stack"] = p.stack;
       j["step"] = vramfit::describe(m.step);
-      j["predicted_bytes"] = r.peak().count();
-      j["method"] = r.method();
+      j["predicted_bytes"] = r.peak.count();
+      j["method"] = vramfit::to_string(r.method);
       j["closed_form_bytes"] = p.peak.count();
       j["real_bytes"] = real.count();
       j["ratio"] = *row.ratio();
@@ -377,7 +337,7 @@ int run_replay(const CliOptions& o) {
       continue;
     }
     const std::string heading =
-        fmt::format("{} ({}, {}): {}", m.model, p.stack, r.method(), vramfit::describe_setup(m.step));
+        fmt::format("{} ({}, {}): {}", m.model, p.stack, vramfit::to_string(r.method), vramfit::describe_setup(m.step));
     if (heading != current) {
       flush_table();
       fmt::print("{}\n", heading);
@@ -393,8 +353,8 @@ int run_replay(const CliOptions& o) {
 /// `vramfit replay --trace`: a recorded allocator trace through `CachingAllocatorModel`; exit 0 when
 /// the model gives the measured peak of allocated bytes exactly, 3 when it does not.
 int run_replay_trace(const CliOptions& o) {
-  const vramfit::AllocatorTrace t = vramfit::load_trace(*o.trace);
-  const vramfit::TraceReplay r = vramfit::replay_trace(t);
+  const vramfit::detail::AllocatorTrace t = vramfit::detail::load_trace(*o.trace);
+  const vramfit::detail::TraceReplay r = vramfit::detail::replay_trace(t);
   const bool exact = r.peak_allocated == t.peak_allocated && (!t.peak_requested || r.peak_requested == *t.peak_requested);
   std::size_t requests = 0;
   for (const auto e : t.events) requests += e > 0 ? 1 : 0;

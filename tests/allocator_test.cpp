@@ -1,4 +1,4 @@
-// The caching allocator's block logic (vramfit/allocator.hpp): rules worked by hand from
+// The caching allocator's block logic (vramfit/detail/allocator.hpp): rules worked by hand from
 // c10/cuda/CUDACachingAllocator.cpp, then traces recorded on the H200 replayed to the byte.
 #include <doctest/doctest.h>
 
@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-#include "vramfit/allocator.hpp"
+#include "vramfit/detail/allocator.hpp"
 #include "support.hpp"
 #ifdef VRAMFIT_HAS_JSON
 #include <algorithm>
@@ -16,10 +16,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "vramfit/replay.hpp"
+#include "vramfit/detail/replay.hpp"
 #endif
 
 using namespace vramfit;
+using namespace vramfit::detail;
 using Model = CachingAllocatorModel;
 namespace {
 constexpr std::uint64_t MiB = 1ULL << 20;

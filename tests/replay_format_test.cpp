@@ -5,9 +5,10 @@
 #include <sstream>
 #include <string>
 
-#include "vramfit/replay.hpp"
+#include "vramfit/detail/replay.hpp"
 
 using namespace vramfit;
+using namespace vramfit::detail;
 
 namespace {
 const std::string shape = R"("shape": {"vocab": 1000, "hidden": 64, "intermediate": 160, "layers": 2, "heads": 4,

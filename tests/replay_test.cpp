@@ -7,7 +7,7 @@
 // - max-batch under an allocator cap is the real largest batch or one below it, never above;
 // - the closed-form peak stays within the measured envelope (a guard against regressions):
 //   hf-peft 0.975 to 1.015, libtorch 0.965 to 1.13 (its first step over-predicts by up to 12%);
-// - the exact path (recorded step programs through the allocator model, vramfit/simulate.hpp):
+// - the exact path (recorded step programs through the allocator model, vramfit/detail/simulate.hpp):
 //   every measured step of a recorded kind at or above its real peak, within 0.5%, mostly to
 //   the byte, for both stacks (hf-peft arms each in a process of their own, as a trainer runs);
 // - held-out steps (models, ranks and lengths in no other data, predicted as the CLI does): none
@@ -20,12 +20,14 @@
 #include <string>
 
 #include "vramfit/predictor.hpp"
-#include "vramfit/replay.hpp"
-#include "vramfit/simulate.hpp"
+#include "vramfit/presets.hpp"
+#include "vramfit/detail/replay.hpp"
+#include "vramfit/estimate.hpp"
 
 namespace {
 
 using namespace vramfit;
+using namespace vramfit::detail;
 
 struct Envelope {
   double low;
@@ -104,17 +106,20 @@ struct SimulatedTally {
   }
 };
 
-// Simulates a measured step in the flow that measured it, where its kind has a recorded program:
-// hf-peft on top of what the process held before the arm, the cache emptied after the build where
-// the harness emptied it; libtorch in the Probe's flow.
-std::optional<SimulatedPeak> simulate_hf_as_measured(const MeasuredStep& m) {
-  if (hf_peft_program_gap(m.shape, m.step) != nullptr) return std::nullopt;
-  REQUIRE(m.baseline.has_value());
-  return simulate_hf_peft(m.shape, m.step, max(*m.baseline, hf_peft_process_bytes(m.shape, m.step)),
-                          m.cache_emptied_after_build);
+// A measured step estimated in the flow that measured it: on top of what the process held before
+// the arm (hf-peft: its recorded pre_arm_allocated), the cache emptied after the build where the
+// harness emptied it; libtorch in the Probe's flow.
+Estimate estimate_as_measured(const MeasuredStep& m, Stack stack, PeakOver over) {
+  if (stack == Stack::hf_peft) REQUIRE(m.baseline.has_value());
+  Step s = m.step;
+  s.peak_over = over;
+  return estimate(m.shape, s, stack, {.held_before = m.baseline, .cache_emptied_after_build = m.cache_emptied_after_build});
 }
-std::optional<SimulatedPeak> simulate_libtorch_as_measured(const MeasuredStep& m) {
-  return simulate_libtorch(m.shape, m.step, m.baseline.value_or(Bytes{}));
+std::optional<Simulation> simulate_hf_as_measured(const MeasuredStep& m) {
+  return estimate_as_measured(m, Stack::hf_peft, m.step.peak_over).simulation;
+}
+std::optional<Simulation> simulate_libtorch_as_measured(const MeasuredStep& m) {
+  return estimate_as_measured(m, Stack::libtorch, m.step.peak_over).simulation;
 }
 
 // Every measured step whose kind has a recorded program, simulated, first step and steady state.
@@ -138,7 +143,7 @@ SimulatedTally replay_simulated(const Measurements& data, Simulate simulate, dou
 }  // namespace
 
 // The exact path: every measured HF + PEFT step of a recorded kind (LoRA and full fine-tuning;
-// vramfit/simulate.hpp), its recorded step program run through the allocator model, as the harness
+// vramfit/detail/simulate.hpp), its recorded step program run through the allocator model, as the harness
 // ran it (cache emptied after the build, on top of what the process held before the arm).
 TEST_CASE("hf-peft: recorded step programs give the measured peaks of LoRA and full fine-tuning steps") {
   const SimulatedTally t = replay_simulated(
@@ -182,24 +187,19 @@ TEST_CASE("libtorch: recorded step programs give the measured peaks of the Probe
 }
 
 namespace {
-// Predicts a held-out step as the CLI does: the recorded program where one applies (simulated at
-// the step's process baseline), else the closed form. Returns the pred/real tally, first and steady.
-template <class Predictor, class Simulate>
-SimulatedTally replay_held_out(const Measurements& data, const Predictor& predictor, Simulate simulate, double low,
-                               double high) {
+// Estimates a held-out step as the CLI does (`vramfit::estimate`: the recorded program where one
+// applies, at the step's process baseline, else the closed form). Returns the pred/real tally,
+// first and steady.
+SimulatedTally replay_held_out(const Measurements& data, Stack stack, double low, double high) {
   SimulatedTally t;
   for (const MeasuredStep& m : data.steps) {
-    const std::optional<SimulatedPeak> sim = simulate(m);
     for (PeakOver over : {PeakOver::first_step, PeakOver::steady}) {
-      Step s = m.step;
-      s.peak_over = over;
-      const Prediction closed = predictor.predict(m.shape, s);
-      const Bytes predicted = sim ? (over == PeakOver::first_step ? sim->first : sim->steady) : closed.peak;
+      const Estimate e = estimate_as_measured(m, stack, over);
       CAPTURE(m.line);
       CAPTURE(m.model);
       CAPTURE(to_string(over));
-      CHECK(max(closed.required, predictor.margin()(predicted)) >= m.real(over));  // the fit decision is safe
-      t.add(predicted, m.real(over), low, high);
+      CHECK(e.required >= m.real(over));  // the fit decision is safe
+      t.add(e.peak, m.real(over), low, high);
     }
   }
   MESSAGE("held out: " << t.checks << " checks: " << t.exact << " exact, " << t.under << " under; pred/real "
@@ -217,9 +217,7 @@ SimulatedTally replay_held_out(const Measurements& data, const Predictor& predic
 // held out from it; the second set below is.
 TEST_CASE("hf-peft: first held-out set: models, ranks and lengths in no other data") {
   const SimulatedTally t = replay_held_out(
-      load("hf_heldout.jsonl", "hf-peft"), HfPeftPredictor{},
-      simulate_hf_as_measured,
-      1.0, 1.004);
+      load("hf_heldout.jsonl", "hf-peft"), Stack::hf_peft, 1.0, 1.004);
   CHECK(t.checks == 40);
   CHECK(t.under == 0);
 }
@@ -236,7 +234,7 @@ TEST_CASE("libtorch: first held-out set, several steps per process and each in i
   for (const char* file : {"libtorch_heldout.jsonl", "libtorch_heldout_isolated.jsonl"}) {
     CAPTURE(std::string(file));
     const SimulatedTally t =
-        replay_held_out(load(file, "libtorch"), LibTorchPredictor{}, simulate_libtorch_as_measured, 1.0, 1.007);
+        replay_held_out(load(file, "libtorch"), Stack::libtorch, 1.0, 1.007);
     CHECK(t.checks == 58);
     CHECK(t.under == 0);
   }
@@ -247,12 +245,24 @@ TEST_CASE("libtorch: first held-out set, several steps per process and each in i
 // each step in a process of its own (tests/validation/heldout_arms_2.json; the Probe's steps from
 // tests/validation/heldout_probe_2.args).
 TEST_CASE("second held-out set: hf-peft and libtorch") {
-  const SimulatedTally hf = replay_held_out(load("hf_heldout_2.jsonl", "hf-peft"), HfPeftPredictor{},
-                                            simulate_hf_as_measured, 1.0, 1.03);
+  const SimulatedTally hf = replay_held_out(load("hf_heldout_2.jsonl", "hf-peft"), Stack::hf_peft, 1.0, 1.03);
   CHECK(hf.checks == 16);
   CHECK(hf.under == 0);
-  const SimulatedTally lt = replay_held_out(load("libtorch_heldout_2.jsonl", "libtorch"), LibTorchPredictor{},
-                                            simulate_libtorch_as_measured, 1.0, 1.02);
+  const SimulatedTally lt = replay_held_out(load("libtorch_heldout_2.jsonl", "libtorch"), Stack::libtorch, 1.0, 1.02);
   CHECK(lt.checks == 16);
   CHECK(lt.under == 0);
+}
+
+// `required` covers the larger of both methods: where the simulated peak is above the closed form's
+// (SmolLM2-135M full fine-tuning, 1 x 2048), it is the simulated peak plus the allocator margin.
+TEST_CASE("estimate: required is the simulated peak plus the margin where the simulation is higher") {
+  const Estimate e = estimate(*find_preset("SmolLM2-135M"), Step{.batch = 1, .seq = 2048, .mode = Mode::full});
+  REQUIRE(e.simulation.has_value());
+  CHECK(e.method == Method::allocator_simulation);
+  CHECK(e.peak == e.simulation->peak);
+  CHECK(e.peak.count() == 3634080256);
+  CHECK(e.peak > e.closed_form.peak);
+  CHECK(e.closed_form.required.count() == 3817239744);
+  CHECK(e.required == e.peak + HfPeftPredictor{}.margin()(e.peak));
+  CHECK(e.required.count() == 3846552360);
 }

@@ -1,5 +1,5 @@
-// Step programs (vramfit/step_program.hpp): a small program worked by hand, malformed programs,
-// and the recorded HF + PEFT programs (vramfit/simulate.hpp) on the kinds they cover.
+// Step programs (vramfit/detail/step_program.hpp): a small program worked by hand, malformed programs,
+// and the recorded HF + PEFT programs (vramfit/detail/simulate.hpp) on the kinds they cover.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -7,10 +7,11 @@
 
 #include "support.hpp"
 #include "vramfit/presets.hpp"
-#include "vramfit/simulate.hpp"
-#include "vramfit/step_program.hpp"
+#include "vramfit/estimate.hpp"
+#include "vramfit/detail/step_program.hpp"
 
 using namespace vramfit;
+using namespace vramfit::detail;
 
 namespace {
 constexpr std::uint64_t MiB = 1ULL << 20;
@@ -127,24 +128,24 @@ TEST_CASE("flash_accumulator_bytes gives the split accumulators recorded on the 
 TEST_CASE("the recorded LibTorch programs cover the Probe's steps") {
   const ModelShape smol = *find_preset("SmolLM2-135M");
   Step s{.batch = 1, .seq = 1024, .lora = {.rank = 8, .targets = TargetSet::attention()}};
-  CHECK(libtorch_program_gap(smol, s) == nullptr);
-  const auto lora = simulate_libtorch(smol, s);
+  CHECK(simulation_gap(smol, s, Stack::libtorch).empty());
+  const auto lora = estimate(smol, s, Stack::libtorch).simulation;
   REQUIRE(lora.has_value());
   Step full = s;
   full.mode = Mode::full;
-  REQUIRE(simulate_libtorch(smol, full).has_value());
-  CHECK(simulate_libtorch(smol, full)->peak > lora->peak);
+  REQUIRE(estimate(smol, full, Stack::libtorch).simulation.has_value());
+  CHECK(estimate(smol, full, Stack::libtorch).simulation->peak > lora->peak);
   Step fp16 = s;
   fp16.precision = Precision::fp16;
-  CHECK(libtorch_program_gap(smol, fp16) != nullptr);
-  CHECK_FALSE(simulate_libtorch(smol, fp16).has_value());
+  CHECK(!simulation_gap(smol, fp16, Stack::libtorch).empty());
+  CHECK_FALSE(estimate(smol, fp16, Stack::libtorch).simulation.has_value());
 }
 
 TEST_CASE("the recorded HF + PEFT programs cover LoRA and full fine-tuning steps of the recorded kinds") {
   const ModelShape smol = *find_preset("SmolLM2-135M");
   Step s{.batch = 1, .seq = 1024, .lora = {.rank = 8, .targets = TargetSet::attention()}};
-  CHECK(hf_peft_program_gap(smol, s) == nullptr);
-  const auto r = simulate_hf_peft(smol, s);
+  CHECK(simulation_gap(smol, s).empty());
+  const auto r = estimate(smol, s).simulation;
   REQUIRE(r.has_value());
   CHECK(r->steady >= r->first);
   CHECK(r->phase == std::string_view("backward"));
@@ -152,26 +153,26 @@ TEST_CASE("the recorded HF + PEFT programs cover LoRA and full fine-tuning steps
   // Longer sequences cost more.
   Step longer = s;
   longer.seq = 2048;
-  CHECK(simulate_hf_peft(smol, longer)->peak > r->peak);
+  CHECK(estimate(smol, longer).simulation->peak > r->peak);
 
   Step full = s;
   full.mode = Mode::full;
-  CHECK(hf_peft_program_gap(smol, full) == nullptr);
-  REQUIRE(simulate_hf_peft(smol, full).has_value());
-  CHECK(simulate_hf_peft(smol, full)->peak > r->peak);
+  CHECK(simulation_gap(smol, full).empty());
+  REQUIRE(estimate(smol, full).simulation.has_value());
+  CHECK(estimate(smol, full).simulation->peak > r->peak);
   Step huge_batch = s;
   huge_batch.batch = 32;
-  CHECK(hf_peft_program_gap(smol, huge_batch) != nullptr);
-  CHECK_FALSE(simulate_hf_peft(smol, huge_batch).has_value());
+  CHECK(!simulation_gap(smol, huge_batch).empty());
+  CHECK_FALSE(estimate(smol, huge_batch).simulation.has_value());
   Step odd_targets = s;
   odd_targets.lora.targets = {Module::q_proj, Module::gate_proj};
-  CHECK(hf_peft_program_gap(smol, odd_targets) != nullptr);
+  CHECK(!simulation_gap(smol, odd_targets).empty());
   Step fp32 = s;
   fp32.precision = Precision::fp32;
-  CHECK(hf_peft_program_gap(smol, fp32) != nullptr);
+  CHECK(!simulation_gap(smol, fp32).empty());
   Step math = s;
   math.attention = Attention::math;
-  CHECK(hf_peft_program_gap(smol, math) != nullptr);
+  CHECK(!simulation_gap(smol, math).empty());
 }
 
 #ifdef VRAMFIT_HAS_JSON
@@ -179,7 +180,7 @@ TEST_CASE("the recorded HF + PEFT programs cover LoRA and full fine-tuning steps
 
 #include <nlohmann/json.hpp>
 
-#include "vramfit/replay.hpp"
+#include "vramfit/detail/replay.hpp"
 
 // Traces of real models recorded on the H200 in a process of their own or as its first arms
 // (tests/validation/trace_capture.py: build, then two steps, no empty_cache between): shapes,
@@ -213,7 +214,7 @@ TEST_CASE("recorded programs give real models' measured peaks from above, LoRA w
     steady = first;
     for (const auto& [k, phase] : row["phases"]["step2"].items()) steady = std::max<std::uint64_t>(steady, phase["peak"]);
     const Bytes baseline(row["baseline"].get<std::uint64_t>());
-    const auto r = simulate_hf_peft(shape, step, max(baseline, hf_peft_process_bytes(shape, step)), false);
+    const auto r = estimate(shape, step, Stack::hf_peft, {.held_before = baseline}).simulation;
     REQUIRE(r.has_value());
     // With q/k/v bias and checkpointing, the autograd thread's 1 MiB cuBLASLt workspace is counted
     // from the start; a fresh process takes it in its first backward, after the first step's peak.

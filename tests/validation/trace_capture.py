@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Record the CUDA caching allocator's event trace over the build and two training steps of HF +
 PEFT arms (the same build and step as hf_harness.py), for replay against vramfit's model of the
-allocator (include/vramfit/allocator.hpp) and to see which tensor holds which block at the peak.
+allocator (include/vramfit/detail/allocator.hpp) and to see which tensor holds which block at the peak.
 
 Usage: python3 trace_capture.py --out DIR [--frames] ARM_JSON [ARM_JSON ...]
   ARM_JSON is an arm as hf_harness.py takes it, e.g.

@@ -3,18 +3,18 @@
 
 A step program is a trace with every request size written over the model's and step's dimensions
 and the per-layer parts as repeats, so it can be run for any shape and layer count through the
-allocator model (include/vramfit/step_program.hpp). Each kind of step (architecture, tied head,
+allocator model (include/vramfit/detail/step_program.hpp). Each kind of step (architecture, tied head,
 LoRA targets or full fine-tuning, checkpointing, logits kept) is recorded at two layer counts; the
 program taken from the deeper recording must give the shallower recording's events exactly,
 request for request, or the kind is rejected.
 
 Usage: python3 trace_program.py TRACES.jsonl[.gz] --header OUT.hpp [--check REAL.jsonl ...]
   The committed programs: python3 tests/validation/trace_program.py \
-      tests/data/traces/hf_peft_probe_traces.jsonl.gz --header include/vramfit/programs/hf_peft.hpp \
+      tests/data/traces/hf_peft_probe_traces.jsonl.gz --header include/vramfit/detail/programs/hf_peft.hpp \
       --check tests/data/traces/*.jsonl
   and for the Probe's LibTorch step (`vramfit probe --stack libtorch --trace-out`):
     python3 tests/validation/trace_program.py tests/data/traces/libtorch_probe_traces.jsonl.gz \
-      --stack libtorch --constants 33554432,1048576 --header include/vramfit/programs/libtorch.hpp \
+      --stack libtorch --constants 33554432,1048576 --header include/vramfit/detail/programs/libtorch.hpp \
       --check tests/data/traces/libtorch_real_traces.jsonl.gz
 """
 import argparse, gzip, itertools, json, sys
@@ -43,7 +43,7 @@ def mono_value(m, D):
 # staging buffer and a semaphore. Their sizes follow the launch configuration that
 # aten/src/ATen/native/cuda/Reduce.cuh (setReduceConfig, ReduceConfig::global_memory_size and
 # semaphore_size) picks for a bf16 input summed in fp32, reduced over a non-innermost dimension, on
-# a GPU with `sms` multiprocessors of 2048 threads (the H200: 132). include/vramfit/step_program.hpp
+# a GPU with `sms` multiprocessors of 2048 threads (the H200: 132). include/vramfit/detail/step_program.hpp
 # has the same function; tests/step_program_test.cpp checks them against each other's figures.
 REDUCE_SMS = 132
 
@@ -753,7 +753,7 @@ def main(argv=None):
     p.add_argument("traces")
     p.add_argument("--header", help="write the verified programs as a C++ header")
     p.add_argument("--stack", default="hf_peft", choices=("hf_peft", "libtorch"),
-                   help="whose programs: the header's namespace vramfit::programs::STACK (default hf_peft)")
+                   help="whose programs: the header's namespace vramfit::detail::programs::STACK (default hf_peft)")
     p.add_argument("--constants", default="",
                    help="comma-separated request sizes to keep as constants, not products of the "
                         "dimensions (the cuBLAS workspaces a LibTorch step creates in its first step)")
@@ -862,7 +862,7 @@ def write_header(path, verified, stack, ns='hf_peft'):
     out.append('#include <span>')
     out.append('#include <string_view>')
     out.append('')
-    out.append('namespace vramfit::programs::%s {' % ns)
+    out.append('namespace vramfit::detail::programs::%s {' % ns)
     out.append('')
     out.append('/// One recorded kind of step.')
     out.append('struct Entry {')
@@ -904,7 +904,7 @@ def write_header(path, verified, stack, ns='hf_peft'):
             'true' if ret else 'false', name))
     out.append('};')
     out.append('')
-    out.append('}  // namespace vramfit::programs::%s' % ns)
+    out.append('}  // namespace vramfit::detail::programs::%s' % ns)
     open(path, 'w').write('\n'.join(out) + '\n')
 
 

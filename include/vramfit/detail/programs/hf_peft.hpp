@@ -8,7 +8,7 @@
 #include <span>
 #include <string_view>
 
-namespace vramfit::programs::hf_peft {
+namespace vramfit::detail::programs::hf_peft {
 
 /// One recorded kind of step.
 struct Entry {
@@ -8549,4 +8549,4 @@ inline constexpr Entry entries[] = {
     {"qwen2", true, 3, "lora", "q_proj,v_proj", true, false, p47},
 };
 
-}  // namespace vramfit::programs::hf_peft
+}  // namespace vramfit::detail::programs::hf_peft

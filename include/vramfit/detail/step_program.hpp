@@ -7,7 +7,7 @@
 /// allocated bytes, slack included, without a GPU.
 ///
 /// Programs come from traces (tests/validation/trace_capture.py --marks) turned into this form by
-/// tests/validation/trace_program.py; `vramfit/programs/hf_peft.hpp` holds the HF + PEFT ones.
+/// tests/validation/trace_program.py; `vramfit/detail/programs/hf_peft.hpp` holds the HF + PEFT ones.
 ///
 /// The flat form (int32): a size table, then blocks.
 ///   sizes:  n, then per size: terms, per term (coef, factors, f0..f3), then a constant; the
@@ -36,11 +36,11 @@
 #include <unordered_set>
 #include <vector>
 
-#include "vramfit/allocator.hpp"
+#include "vramfit/detail/allocator.hpp"
 #include "vramfit/bytes.hpp"
 #include "vramfit/error.hpp"
 
-namespace vramfit {
+namespace vramfit::detail {
 
 /// The dimensions a program's sizes are written in, and the GPU's multiprocessors (for the
 /// reductions' staging buffers; the programs were recorded on an H200, 132 of 2048 threads each).
@@ -154,6 +154,7 @@ struct ProgramPeaks {
   Bytes first;                  ///< over step 1
   Bytes steady;                 ///< over steps 1 and 2
   Bytes after_build;            ///< allocated when the build is done (weights, adapters)
+  Bytes reserved;               ///< the program's segments at the end of the run (none is released in a step)
   int first_phase = 0;          ///< 1 forward, 2 backward, 3 optimizer, 4 zero_grad
   int steady_phase = 0;
   std::size_t requests = 0;
@@ -211,6 +212,7 @@ class StepProgram {
     }
     out.steady = baseline + r.peak;
     out.steady_phase = r.peak_phase;
+    out.reserved = r.model.reserved();
     out.requests = r.requests;
     return out;
   }
@@ -474,4 +476,4 @@ class StepProgram {
   std::vector<Block> blocks_;
 };
 
-}  // namespace vramfit
+}  // namespace vramfit::detail

@@ -32,7 +32,7 @@
 /// released memory before their steps the recorded segments also went into earlier ranges above
 /// and below the first, in an order no rule here reproduces. `scattered` places each segment at
 /// a pseudo-random address (seeded, so a run repeats) and stands for those unknown placements.
-/// The simulation (`vramfit/simulate.hpp`) runs the plain orders, the driver's at several
+/// The simulation (`vramfit/detail/simulate.hpp`) runs the plain orders, the driver's at several
 /// headrooms and a number of scattered ones, and keeps the largest peak. With the real addresses
 /// given, the model reproduces the recorded traces to the byte.
 
@@ -47,7 +47,7 @@
 #include "vramfit/bytes.hpp"
 #include "vramfit/error.hpp"
 
-namespace vramfit {
+namespace vramfit::detail {
 
 /// The caching allocator's block logic, replayed on requests. Not thread-safe.
 class CachingAllocatorModel {
@@ -64,7 +64,7 @@ class CachingAllocatorModel {
   static constexpr std::uint64_t kMinLargeAlloc = 10ULL << 20;
   static constexpr std::uint64_t kRoundLarge = 2ULL << 20;       // larger segments round up to this
 
-  /// The driver's headrooms the simulation runs (`vramfit/simulate.hpp`): 0 to 512 MiB in 128 MiB
+  /// The driver's headrooms the simulation runs (`vramfit/detail/simulate.hpp`): 0 to 512 MiB in 128 MiB
   /// steps; the recorded processes had up to about 500 MiB of such space before their steps.
   static constexpr std::uint64_t kDriverHeadroomStep = 128ULL << 20;
   static constexpr std::uint64_t kDriverHeadroomMax = 512ULL << 20;
@@ -328,4 +328,4 @@ class CachingAllocatorModel {
   std::size_t segments_ = 0;
 };
 
-}  // namespace vramfit
+}  // namespace vramfit::detail

@@ -8,7 +8,7 @@
 #include <span>
 #include <string_view>
 
-namespace vramfit::programs::libtorch {
+namespace vramfit::detail::programs::libtorch {
 
 /// One recorded kind of step.
 struct Entry {
@@ -6919,4 +6919,4 @@ inline constexpr Entry entries[] = {
     {"qwen2", true, 3, "lora", "q_proj,v_proj", true, false, p47},
 };
 
-}  // namespace vramfit::programs::libtorch
+}  // namespace vramfit::detail::programs::libtorch

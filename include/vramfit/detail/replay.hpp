@@ -14,13 +14,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "vramfit/allocator.hpp"
+#include "vramfit/detail/allocator.hpp"
 #include "vramfit/bytes.hpp"
 #include "vramfit/error.hpp"
 #include "vramfit/model.hpp"
 #include "vramfit/step.hpp"
 
-namespace vramfit {
+namespace vramfit::detail {
 
 /// One measured step: the model, the step, and the allocator's peaks.
 struct MeasuredStep {
@@ -60,7 +60,6 @@ struct Measurements {
   std::size_t skipped = 0;            ///< rows with an error, or of other kinds (stack, context)
 };
 
-namespace detail {
 
 inline const nlohmann::json& require(const nlohmann::json& row, const char* key, const std::string& where) {
   const auto it = row.find(key);
@@ -128,7 +127,6 @@ inline Step step_from(const nlohmann::json& row, const std::string& where, bool 
   return s;
 }
 
-}  // namespace detail
 
 /// Parses measurement rows (one JSON object a line). Rows with `"error"` set, and rows of kinds
 /// other than "step" and "max_batch", are counted in `skipped`. `default_stack` applies to rows
@@ -256,4 +254,4 @@ inline TraceReplay replay_trace(const AllocatorTrace& t,
   return {t.baseline + model.peak_allocated(), t.baseline + model.peak_requested(), model.reserved(), model.segments()};
 }
 
-}  // namespace vramfit
+}  // namespace vramfit::detail
