@@ -8,6 +8,7 @@
 
 #include "vramfit/error.hpp"
 #include "vramfit/model.hpp"
+#include "vramfit/phase.hpp"
 #include "vramfit/step.hpp"
 
 using namespace vramfit;
@@ -154,4 +155,35 @@ TEST_CASE("validate(step) names each bad field") {
   CHECK(invalid_field(on_gate, plain) == "lora targets");
   CHECK(invalid_field(Step{.lora = {.rank = 8, .targets = {Module::up_proj, Module::down_proj}}}, plain) ==
         "<no error>");
+}
+
+namespace {
+// Every value of `E` has a name, the names differ, and each parses back (case-insensitively) to its value.
+template <class E>
+void check_name_table(std::size_t values) {
+  const auto& names = vramfit::detail::EnumNames<E>::names;
+  CHECK(names.size() == values);
+  for (const auto& [value, name] : names) {
+    CAPTURE(std::string(name));
+    CHECK(vramfit::detail::enum_name(value) == name);
+    CHECK(vramfit::detail::parse_enum<E>(name, "field") == value);
+    std::string upper(name);
+    for (char& c : upper) c = static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
+    CHECK(vramfit::detail::parse_enum<E>(upper, "field") == value);
+    for (const auto& [other, other_name] : names) CHECK((other == value) == (other_name == name));
+  }
+  CHECK(test::field_of([] { (void)vramfit::detail::parse_enum<E>("no such name", "the field"); }) == "the field");
+}
+}  // namespace
+
+TEST_CASE("every enum's one name table drives to_string and parsing") {
+  check_name_table<Precision>(3);
+  check_name_table<Mode>(2);
+  check_name_table<Attention>(3);
+  check_name_table<PeakOver>(2);
+  check_name_table<Sharding>(5);
+  check_name_table<Module>(7);
+  check_name_table<Phase>(phase_count);
+  CHECK(to_key(Phase::loss_backward) == "loss_backward");
+  CHECK(parse_phase("optimizer_step") == Phase::optimizer_step);
 }

@@ -3,12 +3,15 @@
 /// The shape of a decoder-only language model (Llama / Qwen2 / Mistral style) and the counts
 /// derived from it. Only shapes matter for memory: no weights are ever read.
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "vramfit/bytes.hpp"
 #include "vramfit/error.hpp"
+#include "vramfit/detail/enum_names.hpp"
 
 namespace vramfit {
 
@@ -17,18 +20,18 @@ enum class Module : std::uint8_t { q_proj, k_proj, v_proj, o_proj, gate_proj, up
 inline constexpr Module all_modules[] = {Module::q_proj,    Module::k_proj,  Module::v_proj,   Module::o_proj,
                                          Module::gate_proj, Module::up_proj, Module::down_proj};
 
-constexpr std::string_view to_string(Module m) {
-  switch (m) {
-    case Module::q_proj: return "q_proj";
-    case Module::k_proj: return "k_proj";
-    case Module::v_proj: return "v_proj";
-    case Module::o_proj: return "o_proj";
-    case Module::gate_proj: return "gate_proj";
-    case Module::up_proj: return "up_proj";
-    case Module::down_proj: return "down_proj";
-  }
-  return "?";
-}
+template <>
+struct detail::EnumNames<Module> {
+  static constexpr std::string_view what = "module";
+  static constexpr std::array<std::pair<Module, std::string_view>, 7> names = {{{Module::q_proj, "q_proj"},
+                                                                                {Module::k_proj, "k_proj"},
+                                                                                {Module::v_proj, "v_proj"},
+                                                                                {Module::o_proj, "o_proj"},
+                                                                                {Module::gate_proj, "gate_proj"},
+                                                                                {Module::up_proj, "up_proj"},
+                                                                                {Module::down_proj, "down_proj"}}};
+};
+constexpr std::string_view to_string(Module m) { return detail::enum_name(m); }
 
 /// Input and output width of a linear projection.
 struct ModuleDims {

@@ -9,8 +9,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <utility>
 
 #include "vramfit/bytes.hpp"
+#include "vramfit/detail/enum_names.hpp"
 
 namespace vramfit {
 
@@ -35,16 +37,20 @@ constexpr std::string_view to_string(Phase p) {
   }
   return "?";
 }
-/// Short machine name ("loss_backward"), for JSON.
-constexpr std::string_view to_key(Phase p) {
-  switch (p) {
-    case Phase::forward: return "forward";
-    case Phase::loss_backward: return "loss_backward";
-    case Phase::backward_top: return "backward_top";
-    case Phase::backward_bottom: return "backward_bottom";
-    case Phase::optimizer_step: return "optimizer_step";
-  }
-  return "?";
+/// Machine names ("loss_backward"), for JSON: `to_key` and `parse_phase`.
+template <>
+struct detail::EnumNames<Phase> {
+  static constexpr std::string_view what = "phase";
+  static constexpr std::array<std::pair<Phase, std::string_view>, phase_count> names = {
+      {{Phase::forward, "forward"},
+       {Phase::loss_backward, "loss_backward"},
+       {Phase::backward_top, "backward_top"},
+       {Phase::backward_bottom, "backward_bottom"},
+       {Phase::optimizer_step, "optimizer_step"}}};
+};
+constexpr std::string_view to_key(Phase p) { return detail::enum_name(p); }
+constexpr Phase parse_phase(std::string_view key, std::string_view field = "phase") {
+  return detail::parse_enum<Phase>(key, field);
 }
 
 /// What one cost term keeps live at each phase's peak moment.

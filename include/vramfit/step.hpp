@@ -3,11 +3,14 @@
 /// One fine-tuning step: batch, sequence, precision, full or LoRA, checkpointing, attention
 /// backend, what the caller keeps alive, and whether the first step or the whole run is asked for.
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "vramfit/model.hpp"
+#include "vramfit/detail/enum_names.hpp"
 
 namespace vramfit {
 
@@ -36,35 +39,45 @@ enum class Sharding : std::uint8_t { none, zero1, zero2, full, hybrid };
 
 constexpr std::uint64_t element_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
 
-constexpr std::string_view to_string(Precision p) {
-  switch (p) {
-    case Precision::bf16: return "bf16";
-    case Precision::fp16: return "fp16";
-    case Precision::fp32: return "fp32";
-  }
-  return "?";
-}
-constexpr std::string_view to_string(Mode m) { return m == Mode::lora ? "lora" : "full"; }
-constexpr std::string_view to_string(Attention a) {
-  switch (a) {
-    case Attention::flash: return "flash";
-    case Attention::mem_efficient: return "mem-efficient";
-    case Attention::math: return "math";
-  }
-  return "?";
-}
-constexpr std::string_view to_string(PeakOver p) { return p == PeakOver::first_step ? "first" : "steady"; }
+template <>
+struct detail::EnumNames<Precision> {
+  static constexpr std::string_view what = "precision";
+  static constexpr std::array<std::pair<Precision, std::string_view>, 3> names = {
+      {{Precision::bf16, "bf16"}, {Precision::fp16, "fp16"}, {Precision::fp32, "fp32"}}};
+};
+template <>
+struct detail::EnumNames<Mode> {
+  static constexpr std::string_view what = "mode";
+  static constexpr std::array<std::pair<Mode, std::string_view>, 2> names = {{{Mode::lora, "lora"}, {Mode::full, "full"}}};
+};
+template <>
+struct detail::EnumNames<Attention> {
+  static constexpr std::string_view what = "attention backend";
+  static constexpr std::array<std::pair<Attention, std::string_view>, 3> names = {
+      {{Attention::flash, "flash"}, {Attention::mem_efficient, "mem-efficient"}, {Attention::math, "math"}}};
+};
+template <>
+struct detail::EnumNames<PeakOver> {
+  static constexpr std::string_view what = "phase";
+  static constexpr std::array<std::pair<PeakOver, std::string_view>, 2> names = {
+      {{PeakOver::first_step, "first"}, {PeakOver::steady, "steady"}}};
+};
 /// The strategy's word ("hybrid" without its group size; `sharding_name` adds it).
-constexpr std::string_view to_string(Sharding s) {
-  switch (s) {
-    case Sharding::none: return "none";
-    case Sharding::zero1: return "zero1";
-    case Sharding::zero2: return "zero2";
-    case Sharding::full: return "full";
-    case Sharding::hybrid: return "hybrid";
-  }
-  return "?";
-}
+template <>
+struct detail::EnumNames<Sharding> {
+  static constexpr std::string_view what = "sharding";
+  static constexpr std::array<std::pair<Sharding, std::string_view>, 5> names = {{{Sharding::none, "none"},
+                                                                                  {Sharding::zero1, "zero1"},
+                                                                                  {Sharding::zero2, "zero2"},
+                                                                                  {Sharding::full, "full"},
+                                                                                  {Sharding::hybrid, "hybrid"}}};
+};
+
+constexpr std::string_view to_string(Precision p) { return detail::enum_name(p); }
+constexpr std::string_view to_string(Mode m) { return detail::enum_name(m); }
+constexpr std::string_view to_string(Attention a) { return detail::enum_name(a); }
+constexpr std::string_view to_string(PeakOver p) { return detail::enum_name(p); }
+constexpr std::string_view to_string(Sharding s) { return detail::enum_name(s); }
 
 /// A set of projections (LoRA targets).
 struct TargetSet {
@@ -157,25 +170,18 @@ constexpr void validate(const Step& step, const ModelShape& model) {
 // ---- parsing the words users type -------------------------------------------------------------
 
 constexpr Precision parse_precision(std::string_view s, std::string_view field = "--precision") {
-  for (Precision p : {Precision::bf16, Precision::fp16, Precision::fp32})
-    if (detail::iequals(s, to_string(p))) return p;
-  throw InvalidInput(field, "unknown precision '" + std::string(s) + "' (allowed: bf16, fp16, fp32)");
+  return detail::parse_enum<Precision>(s, field);
 }
 constexpr Mode parse_mode(std::string_view s, std::string_view field = "--mode") {
-  for (Mode m : {Mode::lora, Mode::full})
-    if (detail::iequals(s, to_string(m))) return m;
-  throw InvalidInput(field, "unknown mode '" + std::string(s) + "' (allowed: lora, full)");
+  return detail::parse_enum<Mode>(s, field);
 }
+/// Also reads PyTorch's spellings of the memory-efficient kernel ("mem_efficient", "efficient").
 constexpr Attention parse_attention(std::string_view s, std::string_view field = "--attention") {
-  for (Attention a : {Attention::flash, Attention::mem_efficient, Attention::math})
-    if (detail::iequals(s, to_string(a))) return a;
   if (detail::iequals(s, "mem_efficient") || detail::iequals(s, "efficient")) return Attention::mem_efficient;
-  throw InvalidInput(field, "unknown attention backend '" + std::string(s) + "' (allowed: flash, mem-efficient, math)");
+  return detail::parse_enum<Attention>(s, field);
 }
 constexpr PeakOver parse_peak_over(std::string_view s, std::string_view field = "--phase") {
-  if (detail::iequals(s, "first")) return PeakOver::first_step;
-  if (detail::iequals(s, "steady")) return PeakOver::steady;
-  throw InvalidInput(field, "unknown phase '" + std::string(s) + "' (allowed: first, steady)");
+  return detail::parse_enum<PeakOver>(s, field);
 }
 /// What `--sharding` says: the strategy and, for hybrid, the shard group size.
 struct ShardingChoice {
@@ -186,8 +192,8 @@ struct ShardingChoice {
 /// "none", "zero1", "zero2", "full" or "hybrid:K" (K ranks per shard group, at least 1). That K
 /// divides the world size is checked by `validate`, which knows the world size.
 constexpr ShardingChoice parse_sharding(std::string_view s, std::string_view field = "--sharding") {
-  for (Sharding k : {Sharding::none, Sharding::zero1, Sharding::zero2, Sharding::full})
-    if (detail::iequals(s, to_string(k))) return {k, 0};
+  for (const auto& [k, name] : detail::EnumNames<Sharding>::names)
+    if (k != Sharding::hybrid && detail::iequals(s, name)) return {k, 0};
   const std::string_view prefix = "hybrid:";
   if (s.size() >= prefix.size() && detail::iequals(s.substr(0, prefix.size()), prefix)) {
     const std::string_view digits = s.substr(prefix.size());
@@ -210,16 +216,15 @@ constexpr ShardingChoice parse_sharding(std::string_view s, std::string_view fie
 }
 /// "none", "zero1", "zero2", "full" or "hybrid:K": what `parse_sharding` reads back.
 inline std::string sharding_name(const Step& s) {
-  std::string out(to_string(s.sharding));
-  if (s.sharding == Sharding::hybrid) out += ":" + std::to_string(s.shard_group);
-  return out;
+  if (s.sharding != Sharding::hybrid) return std::string(to_string(s.sharding));
+  return "hybrid:" + std::to_string(s.shard_group);
 }
 
 constexpr Module parse_module(std::string_view s, std::string_view field = "--lora-targets") {
-  for (Module m : all_modules)
-    if (detail::iequals(s, to_string(m))) return m;
-  throw InvalidInput(field, "unknown module '" + std::string(s) +
-                                "' (allowed: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, all-linear)");
+  for (const auto& [m, name] : detail::EnumNames<Module>::names)
+    if (detail::iequals(s, name)) return m;
+  throw InvalidInput(field, "unknown module '" + std::string(s) + "' (allowed: " +
+                                detail::enum_name_list<Module>(", ") + ", all-linear)");
 }
 /// "q_proj,v_proj", "all-linear" (also "all_linear"), or "attention" (q,k,v,o).
 constexpr TargetSet parse_targets(std::string_view s, std::string_view field = "--lora-targets") {

@@ -42,8 +42,8 @@ template <class E>
 constexpr E parse_enum(std::string_view text, std::string_view field) {
   for (const auto& [v, name] : EnumNames<E>::names)
     if (iequals(name, text)) return v;
-  throw InvalidInput(field, "unknown " + std::string(EnumNames<E>::what) + " '" + std::string(text) +
-                                "'; one of " + enum_name_list<E>(", "));
+  throw InvalidInput(field, "unknown " + std::string(EnumNames<E>::what) + " '" + std::string(text) + "' (allowed: " +
+                                enum_name_list<E>(", ") + ")");
 }
 
 }  // namespace vramfit::detail

@@ -103,7 +103,7 @@ inline PlacementPeaks simulate_placements(const StepProgram& program, const Mode
     const Bytes peak = first ? p.first : p.steady;
     if (out.phase.empty() || peak > out.peak) {  // the first placement run, or a larger peak
       out.peak = peak;
-      out.phase = StepProgram::phase_name(first ? p.first_phase : p.steady_phase);
+      out.phase = enum_name(first ? p.first_phase : p.steady_phase);
       out.requests = p.requests;
     }
   };

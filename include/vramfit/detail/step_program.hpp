@@ -10,21 +10,18 @@
 /// tests/validation/trace_program.py; `vramfit/detail/programs/hf_peft.hpp` holds the HF + PEFT ones.
 ///
 /// The flat form (int32): a size table, then blocks.
-///   sizes:  n, then per size: terms, per term (coef, factors, f0..f3), then a constant; the
-///           factors index `ProgramDims` (B S h i H kvh d V r, then 9: S + 1, 10: S rounded up
-///           to 128), -1 unused.
-///           terms -1 / -2: the staging buffer / semaphore of a split sum (`reduce_sizes`), then
-///           the outputs' and the inputs' products (factors, f0..f3 each) and a constant 0;
-///           terms -3 / -4: flash attention's split accumulators (`flash_accumulator_bytes`), then 0.
-///   blocks: n, then per block: kind (0 sequence, 1 layers), step (0 build, 1, 2), phase
-///           (0 build, 1 forward, 2 backward, 3 optimizer, 4 zero_grad), and
+///   sizes:  n, then per size: terms (or a negative `SizeKind`), per term (coef, factors, f0..f3:
+///           `Dim` indices, -1 unused), then a constant. reduce_*: the outputs' and the inputs'
+///           products (factors, f0..f3 each) and 0; flash_*: 0.
+///   blocks: n, then per block: `BlockKind`, step (0 build, 1, 2), `ProgramPhase`, and
 ///           sequence: parts, per part: repeat? (0/1), c (a repeat runs layers - c times), tokens;
 ///           layers:   down? (1: layers L-1..0), lo, hi, template tokens, then the tokens of layers
 ///                     0..lo-1 and of layers L-1, L-2, ... (hi of them), which differ from the template.
-///   tokens: n, then 5 ints each: (0, size index, 0, 0, 0) requests; (kind, a, b, c, d) frees an
-///           earlier request named relative to the current repeat or layer (see `resolve`).
+///   tokens: n, then 5 ints each: `TokenOp`, then (size index, 0, 0, 0) for a request, or the
+///           operands that name an earlier request relative to the current repeat or layer (`resolve`).
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -34,13 +31,63 @@
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "vramfit/detail/allocator.hpp"
 #include "vramfit/bytes.hpp"
 #include "vramfit/error.hpp"
+#include "vramfit/detail/enum_names.hpp"
 
 namespace vramfit::detail {
+
+/// A size factor: the dimension it names, by its index in the flat form.
+enum class Dim : std::int32_t {
+  batch, seq, hidden, intermediate, heads, kv_heads, head_dim, vocab, rank,
+  seq_plus_one,    ///< S + 1 (the labels padded by one)
+  seq_padded_128,  ///< S rounded up to 128 (flash attention's padded sequence)
+};
+inline constexpr std::int32_t dim_count = 11;
+
+/// How a size is computed: a sum of products of dimensions, or by a kernel's launch rules. The
+/// flat form writes the computed kinds as negative term counts.
+enum class SizeKind : std::int32_t { products = 0, reduce_buffer = -1, reduce_semaphore = -2, flash_lse = -3, flash_out = -4 };
+
+/// A token: a request (of a size index), or a free of an earlier request named relative to the
+/// current repeat or layer (see `StepProgram::resolve`). Names as trace_program.py writes them.
+enum class TokenOp : std::int32_t {
+  request, self, cand, rep, rep_mirrored, rel, lsub, xrep, xrep_absolute, xrep_from_end,
+  layer_relative, layer_mirrored, layer_absolute, layer_from_end,
+};
+template <>
+struct EnumNames<TokenOp> {
+  static constexpr std::string_view what = "token kind";
+  static constexpr std::array<std::pair<TokenOp, std::string_view>, 14> names = {{
+      {TokenOp::request, "request"}, {TokenOp::self, "self"}, {TokenOp::cand, "cand"}, {TokenOp::rep, "rep"},
+      {TokenOp::rep_mirrored, "repM"}, {TokenOp::rel, "rel"}, {TokenOp::lsub, "lsub"}, {TokenOp::xrep, "xrep"},
+      {TokenOp::xrep_absolute, "xrepA"}, {TokenOp::xrep_from_end, "xrepE"}, {TokenOp::layer_relative, "ljR"},
+      {TokenOp::layer_mirrored, "ljM"}, {TokenOp::layer_absolute, "ljA"}, {TokenOp::layer_from_end, "ljE"}}};
+};
+
+/// The part of a run a block belongs to.
+enum class ProgramPhase : std::int32_t { build, forward, backward, optimizer, zero_grad };
+template <>
+struct EnumNames<ProgramPhase> {
+  static constexpr std::string_view what = "program phase";
+  static constexpr std::array<std::pair<ProgramPhase, std::string_view>, 5> names = {
+      {{ProgramPhase::build, "build"}, {ProgramPhase::forward, "forward"}, {ProgramPhase::backward, "backward"},
+       {ProgramPhase::optimizer, "optimizer"}, {ProgramPhase::zero_grad, "zero_grad"}}};
+};
+
+/// A block: a sequence of literal and repeated parts, or one pass over the decoder layers.
+enum class BlockKind : std::int32_t { sequence, layers };
+
+/// `value` as an enum whose values are 0 to `count` - 1, or `InvalidInput` naming `what`.
+template <class E>
+E program_enum(std::int32_t value, std::int32_t count, const char* what) {
+  if (value < 0 || value >= count) throw InvalidInput("program", std::string(what) + " out of range");
+  return static_cast<E>(value);
+}
 
 /// The dimensions a program's sizes are written in, and the GPU's multiprocessors (for the
 /// reductions' staging buffers; the programs were recorded on an H200, 132 of 2048 threads each).
@@ -48,21 +95,21 @@ struct ProgramDims {
   std::uint64_t batch = 1, seq = 1, hidden = 0, intermediate = 0, heads = 0, kv_heads = 0, head_dim = 0,
                 vocab = 0, rank = 0;
   std::uint64_t multiprocessors = 132, threads_per_multiprocessor = 2048;
-  [[nodiscard]] std::uint64_t operator[](int k) const {
+  [[nodiscard]] std::uint64_t operator[](Dim k) const {
     switch (k) {
-      case 0: return batch;
-      case 1: return seq;
-      case 2: return hidden;
-      case 3: return intermediate;
-      case 4: return heads;
-      case 5: return kv_heads;
-      case 6: return head_dim;
-      case 7: return vocab;
-      case 8: return rank;
-      case 9: return detail::checked_add(seq, 1);
-      case 10: return detail::checked_add(seq, 127) / 128 * 128;  // flash attention's padded sequence
-      default: throw InvalidInput("program", "size factor out of range");
+      case Dim::batch: return batch;
+      case Dim::seq: return seq;
+      case Dim::hidden: return hidden;
+      case Dim::intermediate: return intermediate;
+      case Dim::heads: return heads;
+      case Dim::kv_heads: return kv_heads;
+      case Dim::head_dim: return head_dim;
+      case Dim::vocab: return vocab;
+      case Dim::rank: return rank;
+      case Dim::seq_plus_one: return checked_add(seq, 1);
+      case Dim::seq_padded_128: return checked_add(seq, 127) / 128 * 128;
     }
+    throw InvalidInput("program", "size factor out of range");
   }
 };
 
@@ -155,22 +202,13 @@ struct ProgramPeaks {
   Bytes steady;                 ///< over steps 1 and 2
   Bytes after_build;            ///< allocated when the build is done (weights, adapters)
   Bytes reserved;               ///< the program's segments at the end of the run (none is released in a step)
-  int first_phase = 0;          ///< 1 forward, 2 backward, 3 optimizer, 4 zero_grad
-  int steady_phase = 0;
+  ProgramPhase first_phase = ProgramPhase::build;
+  ProgramPhase steady_phase = ProgramPhase::build;
   std::size_t requests = 0;
 };
 
 class StepProgram {
  public:
-  static constexpr const char* phase_name(int p) {
-    switch (p) {
-      case 1: return "forward";
-      case 2: return "backward";
-      case 3: return "optimizer";
-      case 4: return "zero_grad";
-      default: return "build";
-    }
-  }
 
   explicit StepProgram(std::span<const std::int32_t> flat) { parse(flat); }
 
@@ -220,17 +258,16 @@ class StepProgram {
  private:
   struct Term {
     std::uint32_t coef;
-    int factors[4];
+    Dim factors[4];
     int count;
   };
   struct Size {
-    std::vector<Term> terms;
+    std::vector<Term> terms;  // reduce_*: terms[0] the outputs, terms[1] the inputs
     std::int64_t constant = 0;
-    int computed = 0;  // 0: the terms; 1 staging buffer, 2 semaphore: terms[0] the outputs, terms[1] the inputs;
-                       // 3, 4: flash attention's split accumulators (lse, out)
+    SizeKind kind = SizeKind::products;
   };
   struct Token {
-    std::int32_t op;
+    TokenOp op;
     std::int32_t a[4];
   };
   struct Part {
@@ -239,7 +276,9 @@ class StepProgram {
     std::vector<Token> tokens;
   };
   struct Block {
-    int kind = 0, step = 0, phase = 0;
+    BlockKind kind = BlockKind::sequence;
+    int step = 0;
+    ProgramPhase phase = ProgramPhase::build;
     std::vector<Part> parts;          // sequence
     bool down = false;                // layers
     std::int64_t lo = 0, hi = 0;
@@ -255,14 +294,19 @@ class StepProgram {
 
   // 0: no request (a sum that is not split at these dimensions).
   static std::uint64_t evaluate(const Size& s, const ProgramDims& d) {
-    if (s.computed == 3 || s.computed == 4) {
-      const FlashAccumulators f = flash_accumulator_bytes(d.batch, d.heads, d.seq, d.head_dim, d.multiprocessors);
-      return s.computed == 3 ? f.lse : f.out;
-    }
-    if (s.computed != 0) {
-      const ReduceBytes r = reduce_sizes(product(s.terms[0], d), product(s.terms[1], d), d.multiprocessors,
-                                         d.threads_per_multiprocessor);
-      return s.computed == 1 ? r.buffer : r.semaphore;
+    switch (s.kind) {
+      case SizeKind::flash_lse:
+      case SizeKind::flash_out: {
+        const FlashAccumulators f = flash_accumulator_bytes(d.batch, d.heads, d.seq, d.head_dim, d.multiprocessors);
+        return s.kind == SizeKind::flash_lse ? f.lse : f.out;
+      }
+      case SizeKind::reduce_buffer:
+      case SizeKind::reduce_semaphore: {
+        const ReduceBytes r = reduce_sizes(product(s.terms[0], d), product(s.terms[1], d), d.multiprocessors,
+                                           d.threads_per_multiprocessor);
+        return s.kind == SizeKind::reduce_buffer ? r.buffer : r.semaphore;
+      }
+      case SizeKind::products: break;
     }
     std::uint64_t total = 0;
     for (const Term& t : s.terms) total = detail::checked_add(total, product(t, d));
@@ -289,7 +333,7 @@ class StepProgram {
     std::unordered_set<std::uint64_t> skipped;
     std::unordered_map<std::uint64_t, std::int64_t> counts;  // (block, part) -> repeats
     Bytes peak{};
-    int phase = 0, peak_phase = 0;
+    ProgramPhase phase = ProgramPhase::build, peak_phase = ProgramPhase::build;
     bool track = false;
     std::size_t requests = 0;
 
@@ -313,27 +357,28 @@ class StepProgram {
       const auto* a = t.a;
       const std::int64_t Ls = static_cast<std::int64_t>(L);
       switch (t.op) {
-        case 1: return unit_key(unit_type, b, part, c, a[0]);                                       // self
-        case 2: return key(1, idx(b), idx(part), idx(c + a[0]), idx(a[1]));                        // cand
-        case 3: return key(1, idx(b), idx(a[0]), idx(c + a[1]), idx(a[2]));                        // rep
-        case 4: return key(1, idx(b), idx(a[0]), idx(count_of(b, a[0]) - 1 - c + a[1]), idx(a[2]));  // repM
-        case 5: return key(2, idx(a[0]), 0, idx(c + a[1]), idx(a[2]));                             // rel
-        case 6: return key(0, idx(a[0]), idx(a[1]), 0, idx(a[2]));                                 // lsub
-        case 7: return key(1, idx(a[0]), idx(a[1]), idx(c + a[2]), idx(a[3]));                     // xrep
-        case 8: return key(1, idx(a[0]), idx(a[1]), idx(a[2]), idx(a[3]));                         // xrepA
-        case 9: return key(1, idx(a[0]), idx(a[1]), idx(count_of(a[0], a[1]) - a[2]), idx(a[3]));  // xrepE
-        case 10: return key(2, idx(a[0]), 0, idx(c + a[1]), idx(a[2]));                            // ljR
-        case 11: return key(2, idx(a[0]), 0, idx(Ls - 1 - c + a[1]), idx(a[2]));                   // ljM
-        case 12: return key(2, idx(a[0]), 0, idx(a[1]), idx(a[2]));                                // ljA
-        case 13: return key(2, idx(a[0]), 0, idx(Ls - a[1]), idx(a[2]));                           // ljE
-        default: throw InvalidInput("program", "unknown token kind " + std::to_string(t.op));
+        case TokenOp::self: return unit_key(unit_type, b, part, c, a[0]);
+        case TokenOp::cand: return key(1, idx(b), idx(part), idx(c + a[0]), idx(a[1]));
+        case TokenOp::rep: return key(1, idx(b), idx(a[0]), idx(c + a[1]), idx(a[2]));
+        case TokenOp::rep_mirrored: return key(1, idx(b), idx(a[0]), idx(count_of(b, a[0]) - 1 - c + a[1]), idx(a[2]));
+        case TokenOp::rel: return key(2, idx(a[0]), 0, idx(c + a[1]), idx(a[2]));
+        case TokenOp::lsub: return key(0, idx(a[0]), idx(a[1]), 0, idx(a[2]));
+        case TokenOp::xrep: return key(1, idx(a[0]), idx(a[1]), idx(c + a[2]), idx(a[3]));
+        case TokenOp::xrep_absolute: return key(1, idx(a[0]), idx(a[1]), idx(a[2]), idx(a[3]));
+        case TokenOp::xrep_from_end: return key(1, idx(a[0]), idx(a[1]), idx(count_of(a[0], a[1]) - a[2]), idx(a[3]));
+        case TokenOp::layer_relative: return key(2, idx(a[0]), 0, idx(c + a[1]), idx(a[2]));
+        case TokenOp::layer_mirrored: return key(2, idx(a[0]), 0, idx(Ls - 1 - c + a[1]), idx(a[2]));
+        case TokenOp::layer_absolute: return key(2, idx(a[0]), 0, idx(a[1]), idx(a[2]));
+        case TokenOp::layer_from_end: return key(2, idx(a[0]), 0, idx(Ls - a[1]), idx(a[2]));
+        case TokenOp::request: break;
       }
+      throw InvalidInput("program", "a request token in a free's place");
     }
 
     void tokens(const std::vector<Token>& ts, std::int64_t b, std::int64_t part, std::int64_t c, std::uint64_t unit_type) {
       std::int64_t k = 0;
       for (const Token& t : ts) {
-        if (t.op == 0) {
+        if (t.op == TokenOp::request) {
           if (t.a[0] < 0 || static_cast<std::size_t>(t.a[0]) >= sizes.size())
             throw InvalidInput("program", "size index out of range");
           const std::uint64_t n = sizes[static_cast<std::size_t>(t.a[0])];
@@ -365,7 +410,7 @@ class StepProgram {
     void block(std::size_t bi) {
       const Block& blk = p.blocks_[bi];
       const auto b = static_cast<std::int64_t>(bi);
-      if (blk.kind == 0) {
+      if (blk.kind == BlockKind::sequence) {
         for (std::size_t s = 0; s < blk.parts.size(); ++s) {
           const Part& part = blk.parts[s];
           const auto si = static_cast<std::int64_t>(s);
@@ -406,28 +451,34 @@ class StepProgram {
     const auto tokens = [&] {
       std::vector<Token> ts(count(1 << 24));
       for (auto& t : ts) {
-        t.op = next();
+        t.op = program_enum<TokenOp>(next(), static_cast<std::int32_t>(EnumNames<TokenOp>::names.size()), "a token kind");
         for (auto& a : t.a) a = next();
       }
       return ts;
     };
     sizes_.resize(count(1 << 20));
+    // A term's factor count, then four factor slots (-1: unused).
+    const auto factors = [&](Term& t) {
+      t.count = static_cast<int>(count(4));
+      for (int k = 0; k < 4; ++k) {
+        const std::int32_t x = next();
+        t.factors[k] = k < t.count ? program_enum<Dim>(x, dim_count, "a size factor") : Dim::batch;
+      }
+    };
     for (auto& s : sizes_) {
       const std::int32_t n = next();
-      if (n == -3 || n == -4) {  // flash attention's split accumulators
-        s.computed = -n;
+      if (n == static_cast<std::int32_t>(SizeKind::flash_lse) || n == static_cast<std::int32_t>(SizeKind::flash_out)) {
+        s.kind = static_cast<SizeKind>(n);
         if (next() != 0) throw InvalidInput("program", "a flash accumulator's size has a constant");
         continue;
       }
-      if (n == -1 || n == -2) {  // a split sum's staging buffer or semaphore
-        s.computed = -n;
-        s.terms.resize(2);
+      if (n == static_cast<std::int32_t>(SizeKind::reduce_buffer) ||
+          n == static_cast<std::int32_t>(SizeKind::reduce_semaphore)) {
+        s.kind = static_cast<SizeKind>(n);
+        s.terms.resize(2);  // the outputs' product, then the inputs'
         for (auto& t : s.terms) {
           t.coef = 1;
-          t.count = static_cast<int>(count(4));
-          for (int& x : t.factors) x = next();
-          for (int k = 0; k < t.count; ++k)
-            if (t.factors[k] < 0 || t.factors[k] > 10) throw InvalidInput("program", "a size factor is out of range");
+          factors(t);
         }
         if (next() != 0) throw InvalidInput("program", "a reduction's size has a constant");
         continue;
@@ -438,26 +489,24 @@ class StepProgram {
         const std::int32_t coef = next();
         if (coef <= 0) throw InvalidInput("program", "a size coefficient must be positive");
         t.coef = static_cast<std::uint32_t>(coef);
-        t.count = static_cast<int>(count(4));
-        for (int& x : t.factors) x = next();
-        for (int k = 0; k < t.count; ++k)
-          if (t.factors[k] < 0 || t.factors[k] > 10) throw InvalidInput("program", "a size factor is out of range");
+        factors(t);
       }
       s.constant = next();
     }
     blocks_.resize(count(255));
     for (auto& b : blocks_) {
-      b.kind = next();
+      b.kind = program_enum<BlockKind>(next(), 2, "a block kind");
       b.step = next();
-      b.phase = next();
-      if (b.kind == 0) {
+      b.phase = program_enum<ProgramPhase>(next(), static_cast<std::int32_t>(EnumNames<ProgramPhase>::names.size()),
+                                           "a block phase");
+      if (b.kind == BlockKind::sequence) {
         b.parts.resize(count(255));
         for (auto& part : b.parts) {
           part.repeat = next() != 0;
           part.c = next();
           part.tokens = tokens();
         }
-      } else if (b.kind == 1) {
+      } else {
         b.down = next() != 0;
         b.lo = next();
         b.hi = next();
@@ -465,8 +514,6 @@ class StepProgram {
         b.layer_template = tokens();
         for (std::int64_t j = 0; j < b.lo; ++j) b.lo_special.push_back(tokens());
         for (std::int64_t k = 0; k < b.hi; ++k) b.hi_special.push_back(tokens());
-      } else {
-        throw InvalidInput("program", "unknown block kind");
       }
     }
     if (at != f.size()) throw InvalidInput("program", "has trailing data");
