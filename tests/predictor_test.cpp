@@ -330,25 +330,42 @@ TEST_CASE("a shape whose parameter count overflows 64 bits is bad input, named b
   CHECK_THROWS_AS((void)HfPeftPredictor{}.fits(huge, Step{}, unlimited), InvalidInput);
 }
 
-TEST_CASE("max_batch is exact at the boundary, over many configurations and budgets") {
+namespace {
+// Checks a search's boundary on both stacks over `cases` random presets, steps and budgets
+// (`check(predictor, shape, step, budget)`), and counts how often the hf-peft answer is 0 and
+// how often it is larger (`search(predictor, shape, step, budget)`), so a caller can see the grid
+// reaches both sides.
+struct BoundaryCounts {
+  int zeros = 0, positives = 0;
+};
+template <class Check, class Search>
+BoundaryCounts check_boundaries(std::uint64_t seed, int cases, Check check, Search search) {
   const HfPeftPredictor hf;
   const LibTorchPredictor lt;
-  Lcg rng{42};
-  int zeros = 0, positives = 0;
-  for (int k = 0; k < 300; ++k) {
+  Lcg rng{seed};
+  BoundaryCounts counts;
+  for (int k = 0; k < cases; ++k) {
     const auto& preset = presets[rng.below(presets.size())];
     const Step s = random_step(rng);
     const Budget b = random_budget(rng);
     CAPTURE(k);
     CAPTURE(preset.name);
     CAPTURE(b.usable.count());
-    check_max_batch_boundary(hf, preset.shape, s, b);
-    check_max_batch_boundary(lt, preset.shape, s, b);
-    (hf.max_batch(preset.shape, s, b) == 0 ? zeros : positives)++;
+    check(hf, preset.shape, s, b);
+    check(lt, preset.shape, s, b);
+    (search(hf, preset.shape, s, b) == 0 ? counts.zeros : counts.positives)++;
   }
+  return counts;
+}
+}  // namespace
+
+TEST_CASE("max_batch is exact at the boundary, over many configurations and budgets") {
+  const BoundaryCounts counts = check_boundaries(
+      42, 300, [](const auto& p, const ModelShape& m, const Step& s, Budget b) { check_max_batch_boundary(p, m, s, b); },
+      [](const auto& p, const ModelShape& m, const Step& s, Budget b) { return p.max_batch(m, s, b); });
   // The grid reaches both sides.
-  CHECK(zeros > 10);
-  CHECK(positives > 10);
+  CHECK(counts.zeros > 10);
+  CHECK(counts.positives > 10);
 }
 
 TEST_CASE("max_batch agrees with a linear search") {
@@ -408,23 +425,11 @@ TEST_CASE("max_batch still answers exactly for a term that is not affine in batc
 }
 
 TEST_CASE("max_seq is exact at the boundary, over many configurations and budgets") {
-  const HfPeftPredictor hf;
-  const LibTorchPredictor lt;
-  Lcg rng{1234};
-  int zeros = 0, positives = 0;
-  for (int k = 0; k < 200; ++k) {
-    const auto& preset = presets[rng.below(presets.size())];
-    const Step s = random_step(rng);
-    const Budget b = random_budget(rng);
-    CAPTURE(k);
-    CAPTURE(preset.name);
-    CAPTURE(b.usable.count());
-    check_max_seq_boundary(hf, preset.shape, s, b);
-    check_max_seq_boundary(lt, preset.shape, s, b);
-    (hf.max_seq(preset.shape, s, b) == 0 ? zeros : positives)++;
-  }
-  CHECK(zeros > 5);
-  CHECK(positives > 10);
+  const BoundaryCounts counts = check_boundaries(
+      1234, 200, [](const auto& p, const ModelShape& m, const Step& s, Budget b) { check_max_seq_boundary(p, m, s, b); },
+      [](const auto& p, const ModelShape& m, const Step& s, Budget b) { return p.max_seq(m, s, b); });
+  CHECK(counts.zeros > 5);
+  CHECK(counts.positives > 10);
 }
 
 TEST_CASE("max_seq at the extremes") {

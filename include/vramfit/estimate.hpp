@@ -36,18 +36,9 @@ enum class Stack : std::uint8_t { hf_peft, libtorch };
 /// closed-form terms alone (no program was recorded for this kind of step).
 enum class Method : std::uint8_t { allocator_simulation, closed_form };
 
-template <>
-struct detail::EnumNames<Stack> {
-  static constexpr std::string_view what = "stack";
-  static constexpr std::array<std::pair<Stack, std::string_view>, 2> names = {
-      {{Stack::hf_peft, "hf-peft"}, {Stack::libtorch, "libtorch"}}};
-};
-template <>
-struct detail::EnumNames<Method> {
-  static constexpr std::string_view what = "method";
-  static constexpr std::array<std::pair<Method, std::string_view>, 2> names = {
-      {{Method::allocator_simulation, "allocator simulation"}, {Method::closed_form, "closed form"}}};
-};
+VRAMFIT_ENUM_NAMES(Stack, "stack", {Stack::hf_peft, "hf-peft"}, {Stack::libtorch, "libtorch"});
+VRAMFIT_ENUM_NAMES(Method, "method",
+                   {Method::allocator_simulation, "allocator simulation"}, {Method::closed_form, "closed form"});
 
 constexpr std::string_view to_string(Stack s) { return detail::enum_name(s); }
 constexpr std::string_view to_string(Method m) { return detail::enum_name(m); }

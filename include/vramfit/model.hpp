@@ -20,17 +20,10 @@ enum class Module : std::uint8_t { q_proj, k_proj, v_proj, o_proj, gate_proj, up
 inline constexpr Module all_modules[] = {Module::q_proj,    Module::k_proj,  Module::v_proj,   Module::o_proj,
                                          Module::gate_proj, Module::up_proj, Module::down_proj};
 
-template <>
-struct detail::EnumNames<Module> {
-  static constexpr std::string_view what = "module";
-  static constexpr std::array<std::pair<Module, std::string_view>, 7> names = {{{Module::q_proj, "q_proj"},
-                                                                                {Module::k_proj, "k_proj"},
-                                                                                {Module::v_proj, "v_proj"},
-                                                                                {Module::o_proj, "o_proj"},
-                                                                                {Module::gate_proj, "gate_proj"},
-                                                                                {Module::up_proj, "up_proj"},
-                                                                                {Module::down_proj, "down_proj"}}};
-};
+VRAMFIT_ENUM_NAMES(Module, "module",
+                   {Module::q_proj, "q_proj"}, {Module::k_proj, "k_proj"}, {Module::v_proj, "v_proj"},
+                   {Module::o_proj, "o_proj"}, {Module::gate_proj, "gate_proj"}, {Module::up_proj, "up_proj"},
+                   {Module::down_proj, "down_proj"});
 constexpr std::string_view to_string(Module m) { return detail::enum_name(m); }
 
 /// Input and output width of a linear projection.

@@ -38,16 +38,10 @@ constexpr std::string_view to_string(Phase p) {
   return "?";
 }
 /// Machine names ("loss_backward"), for JSON: `to_key` and `parse_phase`.
-template <>
-struct detail::EnumNames<Phase> {
-  static constexpr std::string_view what = "phase";
-  static constexpr std::array<std::pair<Phase, std::string_view>, phase_count> names = {
-      {{Phase::forward, "forward"},
-       {Phase::loss_backward, "loss_backward"},
-       {Phase::backward_top, "backward_top"},
-       {Phase::backward_bottom, "backward_bottom"},
-       {Phase::optimizer_step, "optimizer_step"}}};
-};
+VRAMFIT_ENUM_NAMES(Phase, "phase",
+                   {Phase::forward, "forward"}, {Phase::loss_backward, "loss_backward"},
+                   {Phase::backward_top, "backward_top"}, {Phase::backward_bottom, "backward_bottom"},
+                   {Phase::optimizer_step, "optimizer_step"});
 constexpr std::string_view to_key(Phase p) { return detail::enum_name(p); }
 constexpr Phase parse_phase(std::string_view key, std::string_view field = "phase") {
   return detail::parse_enum<Phase>(key, field);

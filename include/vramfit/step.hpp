@@ -39,39 +39,17 @@ enum class Sharding : std::uint8_t { none, zero1, zero2, full, hybrid };
 
 constexpr std::uint64_t element_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
 
-template <>
-struct detail::EnumNames<Precision> {
-  static constexpr std::string_view what = "precision";
-  static constexpr std::array<std::pair<Precision, std::string_view>, 3> names = {
-      {{Precision::bf16, "bf16"}, {Precision::fp16, "fp16"}, {Precision::fp32, "fp32"}}};
-};
-template <>
-struct detail::EnumNames<Mode> {
-  static constexpr std::string_view what = "mode";
-  static constexpr std::array<std::pair<Mode, std::string_view>, 2> names = {{{Mode::lora, "lora"}, {Mode::full, "full"}}};
-};
-template <>
-struct detail::EnumNames<Attention> {
-  static constexpr std::string_view what = "attention backend";
-  static constexpr std::array<std::pair<Attention, std::string_view>, 3> names = {
-      {{Attention::flash, "flash"}, {Attention::mem_efficient, "mem-efficient"}, {Attention::math, "math"}}};
-};
-template <>
-struct detail::EnumNames<PeakOver> {
-  static constexpr std::string_view what = "phase";
-  static constexpr std::array<std::pair<PeakOver, std::string_view>, 2> names = {
-      {{PeakOver::first_step, "first"}, {PeakOver::steady, "steady"}}};
-};
+VRAMFIT_ENUM_NAMES(Precision, "precision",
+                   {Precision::bf16, "bf16"}, {Precision::fp16, "fp16"}, {Precision::fp32, "fp32"});
+VRAMFIT_ENUM_NAMES(Mode, "mode", {Mode::lora, "lora"}, {Mode::full, "full"});
+VRAMFIT_ENUM_NAMES(Attention, "attention backend",
+                   {Attention::flash, "flash"}, {Attention::mem_efficient, "mem-efficient"},
+                   {Attention::math, "math"});
+VRAMFIT_ENUM_NAMES(PeakOver, "phase", {PeakOver::first_step, "first"}, {PeakOver::steady, "steady"});
 /// The strategy's word ("hybrid" without its group size; `sharding_name` adds it).
-template <>
-struct detail::EnumNames<Sharding> {
-  static constexpr std::string_view what = "sharding";
-  static constexpr std::array<std::pair<Sharding, std::string_view>, 5> names = {{{Sharding::none, "none"},
-                                                                                  {Sharding::zero1, "zero1"},
-                                                                                  {Sharding::zero2, "zero2"},
-                                                                                  {Sharding::full, "full"},
-                                                                                  {Sharding::hybrid, "hybrid"}}};
-};
+VRAMFIT_ENUM_NAMES(Sharding, "sharding",
+                   {Sharding::none, "none"}, {Sharding::zero1, "zero1"}, {Sharding::zero2, "zero2"},
+                   {Sharding::full, "full"}, {Sharding::hybrid, "hybrid"});
 
 constexpr std::string_view to_string(Precision p) { return detail::enum_name(p); }
 constexpr std::string_view to_string(Mode m) { return detail::enum_name(m); }

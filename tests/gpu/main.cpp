@@ -6,17 +6,8 @@
 
 #include <torch/cuda.h>
 
-// c10's logging (or glog, where torch uses it) defines CHECK and CHECK_EQ-style macros; doctest's
-// must win, so every torch header comes before this point.
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
 #define DOCTEST_CONFIG_IMPLEMENT
-#include <doctest/doctest.h>
+#include "doctest_after_torch.hpp"
 
 int main(int argc, char** argv) {
   if (!torch::cuda::is_available()) {

@@ -13,16 +13,7 @@
 
 #include "vramfit/probe.hpp"
 
-// c10's logging (or glog, where torch uses it) defines CHECK and CHECK_EQ-style macros; doctest's
-// must win, so every torch header comes before this point.
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#include <doctest/doctest.h>
+#include "doctest_after_torch.hpp"
 
 using namespace vramfit;
 using namespace vramfit::literals;
@@ -57,6 +48,24 @@ Bytes settle(vp::PeakMeter& meter) {
   meter.release_blas_workspaces();
   meter.empty_cache();
   return meter.allocated();
+}
+
+/// The reference step measured with `flag` off, then on, each in a model of its own; checks that
+/// each leaves allocated memory at `base` (both start without cuBLAS workspaces).
+struct OffOn {
+  vp::StepMeasurement off, on;
+};
+OffOn measure_off_on(vp::PeakMeter& meter, const ModelShape& model, Step step, bool Step::*flag, Bytes base) {
+  OffOn out;
+  for (bool value : {false, true}) {
+    step.*flag = value;
+    {
+      vp::ReferenceModel reference(model, step);
+      (value ? out.on : out.off) = reference.measure_step(meter);
+    }
+    CHECK(settle(meter).count() == base.count());
+  }
+  return out;
 }
 
 torch::TensorOptions bytes_on_gpu() { return torch::TensorOptions().dtype(torch::kUInt8).device(torch::kCUDA, 0); }
@@ -197,17 +206,9 @@ TEST_CASE("retained logits add exactly their bytes to the backward peak") {
   Step step;
   step.batch = 2;
   step.seq = 256;
-  vp::StepMeasurement dropped, kept;
-  for (bool retained : {false, true}) {
-    step.logits_retained = retained;
-    {
-      vp::ReferenceModel reference(model, step);
-      (retained ? kept : dropped) = reference.measure_step(meter);
-    }
-    // Both runs start without cuBLAS workspaces (the forward's thread and the autograd engine's
-    // thread each create one), so only the logits differ.
-    CHECK(settle(meter).count() == base.count());
-  }
+  // Both runs start without cuBLAS workspaces (the forward's thread and the autograd engine's
+  // thread each create one), so only the logits differ.
+  const auto [dropped, kept] = measure_off_on(meter, model, step, &Step::logits_retained, base);
   const double logits_bytes = 2.0 * 256 * 32768 * 2;
   const double difference = static_cast<double>(kept.backward_peak.count()) - static_cast<double>(dropped.backward_peak.count());
   CHECK(difference >= 0.95 * logits_bytes);
@@ -223,16 +224,8 @@ TEST_CASE("checkpointing lowers the peak of a step whose activations dominate") 
   Step step;
   step.batch = 4;
   step.seq = 1024;
-  Bytes plain, checkpointed;
-  for (bool checkpointing : {false, true}) {
-    step.gradient_checkpointing = checkpointing;
-    {
-      vp::ReferenceModel reference(model, step);
-      (checkpointing ? checkpointed : plain) = reference.measure_step(meter).peak;
-    }
-    CHECK(settle(meter).count() == base.count());
-  }
-  CHECK(checkpointed.count() < plain.count());
+  const auto [plain, checkpointed] = measure_off_on(meter, model, step, &Step::gradient_checkpointing, base);
+  CHECK(checkpointed.peak.count() < plain.peak.count());
   CHECK(settle(meter).count() == base.count());
 }
 

@@ -16,7 +16,20 @@
 namespace vramfit::detail {
 
 template <class E>
-struct EnumNames;  // specialised next to each enum
+struct EnumNames;  // specialised next to each enum, by VRAMFIT_ENUM_NAMES
+
+}  // namespace vramfit::detail
+
+/// The name table of enum `E` (a type in namespace vramfit): the noun used in errors, then
+/// `{value, "name"}` pairs, as nlohmann's NLOHMANN_JSON_SERIALIZE_ENUM lists them.
+#define VRAMFIT_ENUM_NAMES(E, WHAT, ...)                                                          \
+  template <>                                                                                     \
+  struct vramfit::detail::EnumNames<E> {                                                          \
+    static constexpr std::string_view what = WHAT;                                                \
+    static constexpr auto names = std::to_array<std::pair<E, std::string_view>>({__VA_ARGS__}); \
+  }
+
+namespace vramfit::detail {
 
 /// The name of `value` in its table ("?" for a value the table lacks, which a test rules out).
 template <class E>

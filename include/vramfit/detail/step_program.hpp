@@ -62,11 +62,13 @@ enum class TokenOp : std::int32_t {
 template <>
 struct EnumNames<TokenOp> {
   static constexpr std::string_view what = "token kind";
-  static constexpr std::array<std::pair<TokenOp, std::string_view>, 14> names = {{
-      {TokenOp::request, "request"}, {TokenOp::self, "self"}, {TokenOp::cand, "cand"}, {TokenOp::rep, "rep"},
-      {TokenOp::rep_mirrored, "repM"}, {TokenOp::rel, "rel"}, {TokenOp::lsub, "lsub"}, {TokenOp::xrep, "xrep"},
-      {TokenOp::xrep_absolute, "xrepA"}, {TokenOp::xrep_from_end, "xrepE"}, {TokenOp::layer_relative, "ljR"},
-      {TokenOp::layer_mirrored, "ljM"}, {TokenOp::layer_absolute, "ljA"}, {TokenOp::layer_from_end, "ljE"}}};
+  static constexpr auto names = std::to_array<std::pair<TokenOp, std::string_view>>({
+                   {TokenOp::request, "request"}, {TokenOp::self, "self"}, {TokenOp::cand, "cand"},
+                   {TokenOp::rep, "rep"}, {TokenOp::rep_mirrored, "repM"}, {TokenOp::rel, "rel"},
+                   {TokenOp::lsub, "lsub"}, {TokenOp::xrep, "xrep"}, {TokenOp::xrep_absolute, "xrepA"},
+                   {TokenOp::xrep_from_end, "xrepE"}, {TokenOp::layer_relative, "ljR"},
+                   {TokenOp::layer_mirrored, "ljM"}, {TokenOp::layer_absolute, "ljA"},
+                   {TokenOp::layer_from_end, "ljE"}});
 };
 
 /// The part of a run a block belongs to.
@@ -74,9 +76,10 @@ enum class ProgramPhase : std::int32_t { build, forward, backward, optimizer, ze
 template <>
 struct EnumNames<ProgramPhase> {
   static constexpr std::string_view what = "program phase";
-  static constexpr std::array<std::pair<ProgramPhase, std::string_view>, 5> names = {
-      {{ProgramPhase::build, "build"}, {ProgramPhase::forward, "forward"}, {ProgramPhase::backward, "backward"},
-       {ProgramPhase::optimizer, "optimizer"}, {ProgramPhase::zero_grad, "zero_grad"}}};
+  static constexpr auto names = std::to_array<std::pair<ProgramPhase, std::string_view>>({
+                   {ProgramPhase::build, "build"}, {ProgramPhase::forward, "forward"},
+                   {ProgramPhase::backward, "backward"}, {ProgramPhase::optimizer, "optimizer"},
+                   {ProgramPhase::zero_grad, "zero_grad"}});
 };
 
 /// A block: a sequence of literal and repeated parts, or one pass over the decoder layers.

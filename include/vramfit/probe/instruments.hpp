@@ -97,6 +97,25 @@ inline double spread(const std::vector<double>& v) {
 
 // ---- (a) the loss's bytes per logits element ----------------------------------------------------
 
+/// Peaks of allocated bytes over what was allocated before an op: after its forward, and after
+/// its backward too.
+struct ExtraPeaks {
+  Bytes forward, total;
+};
+template <class Forward, class Backward>
+ExtraPeaks extra_peaks(PeakMeter& meter, Forward forward, Backward backward) {
+  meter.synchronize();
+  const Bytes base = meter.allocated();
+  meter.reset();
+  torch::Tensor out = forward();
+  meter.synchronize();
+  ExtraPeaks peaks{.forward = meter.peak_allocated() - base, .total = {}};
+  backward(out);
+  meter.synchronize();
+  peaks.total = meter.peak_allocated() - base;
+  return peaks;
+}
+
 /// Extra peak of cross-entropy over its (tokens x vocab) bf16 logits, per logits element.
 struct LossBytes {
   std::uint64_t vocab = 0;
@@ -142,15 +161,11 @@ inline std::vector<LossBytes> measure_loss_bytes(PeakMeter& meter, const std::ve
           labels = torch::randint(v, {t}, i64);
         }
         logits.requires_grad_(true);
-        meter.synchronize();
-        const Bytes base = meter.allocated();
-        meter.reset();
-        torch::Tensor loss = at::cross_entropy_loss(upcast ? logits.to(at::kFloat) : logits, labels);
-        meter.synchronize();
-        row.forward.push_back(static_cast<double>((meter.peak_allocated() - base).count()) / elements);
-        loss.backward();
-        meter.synchronize();
-        row.total.push_back(static_cast<double>((meter.peak_allocated() - base).count()) / elements);
+        const ExtraPeaks extra = extra_peaks(
+            meter, [&] { return at::cross_entropy_loss(upcast ? logits.to(at::kFloat) : logits, labels); },
+            [](torch::Tensor& loss) { loss.backward(); });
+        row.forward.push_back(static_cast<double>(extra.forward.count()) / elements);
+        row.total.push_back(static_cast<double>(extra.total.count()) / elements);
       }
       rows.push_back(std::move(row));
     }
@@ -253,15 +268,11 @@ inline std::vector<SdpaExtra> measure_sdpa_extra(PeakMeter& meter, const std::ve
         const torch::Tensor v = v_base.transpose(1, 2);
         try {
           row.chosen = sdp_backend_name(at::_fused_sdp_choice(q, k, v, {}, 0.0, /*is_causal=*/true));
-          meter.synchronize();
-          const Bytes base = meter.allocated();
-          meter.reset();
-          torch::Tensor out = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
-          meter.synchronize();
-          row.forward = meter.peak_allocated() - base;
-          out.sum().backward();
-          meter.synchronize();
-          row.total = meter.peak_allocated() - base;
+          const ExtraPeaks extra = extra_peaks(
+              meter, [&] { return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true); },
+              [](torch::Tensor& out) { out.sum().backward(); });
+          row.forward = extra.forward;
+          row.total = extra.total;
         } catch (const c10::Error& e) {
           row.forward.reset();
           row.total.reset();
