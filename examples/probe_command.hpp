@@ -16,6 +16,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 #include <vramfit/config_json.hpp>
+#include <vramfit/json.hpp>
 #include <vramfit/probe.hpp>
 #include <vramfit/estimate.hpp>
 #include <vramfit/vramfit.hpp>
@@ -39,38 +40,22 @@ inline probe::ReferenceOptions reference_options(Stack stack) {
 
 namespace detail {
 
-inline nlohmann::ordered_json shape_json(const ModelShape& m) {
-  return {{"vocab", m.vocab},       {"hidden", m.hidden},
-          {"intermediate", m.intermediate}, {"layers", m.layers},
-          {"heads", m.heads},       {"kv_heads", m.kv_heads},
-          {"head_dim", m.head_dimension()}, {"tied_embeddings", m.tied_embeddings},
-          {"qkv_bias", m.qkv_bias}, {"gated_mlp", m.gated_mlp}};
-}
-
 inline nlohmann::ordered_json phase_json(const probe::StepMeasurement& s) {
   return {{"weights", s.weights.count()},       {"peak", s.peak.count()},
           {"forward", s.forward_peak.count()},  {"backward", s.backward_peak.count()},
           {"optimizer", s.optimizer_peak.count()}, {"attention_backend", s.attention_backend}};
 }
 
-/// One checked step as a measurements row (the schema `vramfit::load_measurements` reads).
+/// One checked step as a measurements row: the shape and the step's fields in the schema of
+/// vramfit/json.hpp (what `vramfit::detail::load_measurements` reads), then the measurement.
 inline std::string row_json(std::string_view model, std::string_view stack, const ModelShape& shape, const Step& step,
                             const probe::CheckResult& r, std::uint64_t repeat, const probe::StackRecord& record) {
   nlohmann::ordered_json j;
   j["kind"] = "step";
   j["stack_profile"] = stack;
   j["model"] = model;
-  j["shape"] = shape_json(shape);
-  j["mode"] = to_string(step.mode);
-  j["lora_rank"] = step.mode == Mode::lora ? nlohmann::ordered_json(step.lora.rank) : nlohmann::ordered_json();
-  j["lora_targets"] =
-      step.mode == Mode::lora ? nlohmann::ordered_json(to_string(step.lora.targets)) : nlohmann::ordered_json();
-  j["gradient_checkpointing"] = step.gradient_checkpointing;
-  j["logits_retained"] = step.logits_retained;
-  j["attention"] = to_string(step.attention);
-  j["precision"] = to_string(step.precision);
-  j["batch"] = step.batch;
-  j["seq"] = step.seq;
+  j["shape"] = shape;
+  j.update(nlohmann::ordered_json(step));  // the step's fields at the top level, as the reader takes them
   j["repeat"] = repeat;
   j["realised_seq"] = r.realised_seq;
   j["predicted"] = r.predicted.count();
@@ -96,15 +81,8 @@ inline std::string trace_json(std::string_view model, std::string_view stack, co
   nlohmann::ordered_json arm;
   arm["model"] = model;
   arm["arch"] = shape.qkv_bias ? "qwen2" : "llama";
-  arm["shape"] = shape_json(shape);
-  arm["mode"] = to_string(step.mode);
-  arm["lora_rank"] = step.mode == Mode::lora ? nlohmann::ordered_json(step.lora.rank) : nlohmann::ordered_json();
-  arm["lora_targets"] =
-      step.mode == Mode::lora ? nlohmann::ordered_json(to_string(step.lora.targets)) : nlohmann::ordered_json();
-  arm["gradient_checkpointing"] = step.gradient_checkpointing;
-  arm["logits_retained"] = step.logits_retained;
-  arm["batch"] = step.batch;
-  arm["seq"] = step.seq;
+  arm["shape"] = shape;
+  arm.update(nlohmann::ordered_json(step));
   nlohmann::ordered_json j;
   j["kind"] = "trace";
   j["stack_profile"] = stack;

@@ -21,7 +21,7 @@ std::string one_line(std::string s) {
 }
 std::string step_row(const std::string& extra) {
   return one_line(R"({"kind": "step", "model": "tiny", )" + shape +
-                  R"(, "mode": "lora", "lora_rank": 8, "lora_targets": "q_proj,v_proj", "batch": 2, "seq": 128)" +
+                  R"(, "mode": "lora", "lora_rank": 8, "lora_targets": ["q_proj", "v_proj"], "batch": 2, "seq": 128)" +
                   extra + "}");
 }
 Measurements parse(const std::string& text) {
@@ -85,6 +85,23 @@ TEST_CASE("bad rows are errors naming the line and the field") {
   CHECK(error_of(step_row(R"(, "realised_seq": 128, "peak_first": 1.5, "peak_steady": 1)")) ==
         "fixture.jsonl:1: peak_first");
   CHECK(error_of(R"({"kind": "step", "model": "x"})") == "fixture.jsonl:1: shape");
+  // The step's fields in the schema of json.hpp, named with the line.
+  const std::string measured = R"(, "realised_seq": 128, "peak_first": 1, "peak_steady": 1)";
+  std::string old_targets = step_row(measured);
+  old_targets.replace(old_targets.find(R"(["q_proj", "v_proj"])"), 20, R"("q_proj,v_proj")");
+  CHECK(error_of(old_targets) == "fixture.jsonl:1: lora_targets");
+  CHECK(error_of(step_row(measured + R"(, "sharding": "hybrid")")) == "fixture.jsonl:1: sharding");
+  CHECK(error_of("\n" + step_row(measured + R"(, "attention": "fast")")) == "fixture.jsonl:2: attention");
+  std::string no_vocab = step_row(measured);
+  no_vocab.erase(no_vocab.find(R"("vocab": 1000, )"), 15);
+  CHECK(error_of(no_vocab) == "fixture.jsonl:1: shape: vocab");
+}
+
+TEST_CASE("attention \"sdpa\" (HF's attn_implementation) reads as the default kernel") {
+  const Measurements m =
+      parse(step_row(R"(, "attention": "sdpa", "realised_seq": 128, "peak_first": 1, "peak_steady": 1)"));
+  REQUIRE(m.steps.size() == 1);
+  CHECK(m.steps.front().step.attention == Step{}.attention);
 }
 
 TEST_CASE("a missing file is an error, not an empty set") {

@@ -11,13 +11,14 @@
 ///   hidden / heads), tied_embeddings, qkv_bias, gated_mlp (booleans, absent: false, false, true).
 /// - Step: batch, seq, precision, mode, lora_rank and lora_targets (an array of projection names;
 ///   only in LoRA mode), gradient_checkpointing, attention, logits_retained, peak_over
-///   ("first"/"steady"), world_size, sharding ("none", ..., "hybrid:K"). Absent keys take `Step{}`'s
-///   values, except batch and seq, which are required.
+///   ("first"/"steady"), world_size, sharding ("none", ..., "hybrid:K"). Absent (or null) keys take
+///   `Step{}`'s values, except batch and seq, which are required.
 /// - PhaseBytes: {phase key: bytes} for the five phases.
 /// - Estimate (written only): peak_bytes, required_bytes, method, phase, stack, closed_form
 ///   {peak_bytes, required_bytes, phase, phases, terms [{name, bytes, phases}]}, simulation
 ///   ({available, ...figures} or {available: false, why}).
-/// A bad value throws `InvalidInput` naming the key.
+/// A bad value throws `InvalidInput` naming the key. The writers take any nlohmann JSON type, so
+/// `nlohmann::ordered_json` keeps the keys in the order above; the readers take `nlohmann::json`.
 
 #include <cstdint>
 #include <string>
@@ -37,6 +38,11 @@
 namespace vramfit {
 
 namespace detail {
+/// Whether `key` is there and not null (an optional key that is null reads as absent).
+inline bool json_has(const nlohmann::json& j, std::string_view key) {
+  const auto it = j.find(key);
+  return it != j.end() && !it->is_null();
+}
 inline const nlohmann::json& json_field(const nlohmann::json& j, std::string_view key) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) throw InvalidInput(key, "is required");
@@ -61,7 +67,8 @@ inline std::string json_string(const nlohmann::json& j, std::string_view key) {
 }
 }  // namespace detail
 
-inline void to_json(nlohmann::json& j, const ModelShape& m) {
+template <class Json>
+void to_json(Json& j, const ModelShape& m) {
   j = {{"vocab", m.vocab},       {"hidden", m.hidden},
        {"intermediate", m.intermediate}, {"layers", m.layers},
        {"heads", m.heads},       {"kv_heads", m.kv_heads},
@@ -79,21 +86,22 @@ inline void from_json(const nlohmann::json& j, ModelShape& m) {
   m.layers = detail::json_count(j, "layers");
   m.heads = detail::json_count(j, "heads");
   m.kv_heads = detail::json_count(j, "kv_heads");
-  if (const auto it = j.find("head_dim"); it != j.end() && !it->is_null()) m.head_dim = detail::json_count(j, "head_dim");
+  if (detail::json_has(j, "head_dim")) m.head_dim = detail::json_count(j, "head_dim");
   m.tied_embeddings = detail::json_bool(j, "tied_embeddings", false);
   m.qkv_bias = detail::json_bool(j, "qkv_bias", false);
   m.gated_mlp = detail::json_bool(j, "gated_mlp", true);
   validate(m);
 }
 
-inline void to_json(nlohmann::json& j, const Step& s) {
-  j = nlohmann::json::object();
+template <class Json>
+void to_json(Json& j, const Step& s) {
+  j = Json::object();
   j["batch"] = s.batch;
   j["seq"] = s.seq;
   j["precision"] = to_string(s.precision);
   j["mode"] = to_string(s.mode);
   if (s.mode == Mode::lora) {
-    nlohmann::json targets = nlohmann::json::array();
+    Json targets = Json::array();
     for (Module m : all_modules)
       if (s.lora.targets.has(m)) targets.push_back(to_string(m));
     j["lora_rank"] = s.lora.rank;
@@ -113,8 +121,8 @@ inline void from_json(const nlohmann::json& j, Step& s) {
   s = Step{};
   s.batch = detail::json_count(j, "batch");
   s.seq = detail::json_count(j, "seq");
-  if (j.contains("precision")) s.precision = parse_precision(detail::json_string(j, "precision"), "precision");
-  if (j.contains("mode")) s.mode = parse_mode(detail::json_string(j, "mode"), "mode");
+  if (detail::json_has(j, "precision")) s.precision = parse_precision(detail::json_string(j, "precision"), "precision");
+  if (detail::json_has(j, "mode")) s.mode = parse_mode(detail::json_string(j, "mode"), "mode");
   if (s.mode == Mode::lora) {
     s.lora.rank = detail::json_count(j, "lora_rank");
     const nlohmann::json& targets = detail::json_field(j, "lora_targets");
@@ -122,24 +130,26 @@ inline void from_json(const nlohmann::json& j, Step& s) {
     std::string names;
     for (const nlohmann::json& t : targets) {
       if (!t.is_string()) throw InvalidInput("lora_targets", "must be an array of projection names");
-      names += (names.empty() ? "" : ",") + t.get<std::string>();
+      if (!names.empty()) names += ',';
+      names += t.get<std::string>();
     }
     s.lora.targets = parse_targets(names, "lora_targets");
   }
   s.gradient_checkpointing = detail::json_bool(j, "gradient_checkpointing", false);
-  if (j.contains("attention")) s.attention = parse_attention(detail::json_string(j, "attention"), "attention");
+  if (detail::json_has(j, "attention")) s.attention = parse_attention(detail::json_string(j, "attention"), "attention");
   s.logits_retained = detail::json_bool(j, "logits_retained", false);
-  if (j.contains("peak_over")) s.peak_over = parse_peak_over(detail::json_string(j, "peak_over"), "peak_over");
-  if (j.contains("world_size")) s.world_size = detail::json_count(j, "world_size");
-  if (j.contains("sharding")) {
+  if (detail::json_has(j, "peak_over")) s.peak_over = parse_peak_over(detail::json_string(j, "peak_over"), "peak_over");
+  if (detail::json_has(j, "world_size")) s.world_size = detail::json_count(j, "world_size");
+  if (detail::json_has(j, "sharding")) {
     const ShardingChoice c = parse_sharding(detail::json_string(j, "sharding"), "sharding");
     s.sharding = c.sharding;
     s.shard_group = c.shard_group;
   }
 }
 
-inline void to_json(nlohmann::json& j, const PhaseBytes& bytes) {
-  j = nlohmann::json::object();
+template <class Json>
+void to_json(Json& j, const PhaseBytes& bytes) {
+  j = Json::object();
   for (Phase p : all_phases) j[std::string(to_key(p))] = bytes[p].count();
 }
 
@@ -149,8 +159,9 @@ inline void from_json(const nlohmann::json& j, PhaseBytes& bytes) {
 }
 
 /// The closed form: peak, required, the phase of the peak, every phase's total and every term's.
-inline void to_json(nlohmann::json& j, const Prediction& p) {
-  nlohmann::json terms = nlohmann::json::array();
+template <class Json>
+void to_json(Json& j, const Prediction& p) {
+  Json terms = Json::array();
   for (std::size_t k = 0; k < p.term_count; ++k)
     terms.push_back({{"name", p.terms[k].name}, {"bytes", p.term_at_peak(k).count()}, {"phases", p.terms[k].bytes}});
   j = {{"peak_bytes", p.peak.count()},
@@ -160,15 +171,17 @@ inline void to_json(nlohmann::json& j, const Prediction& p) {
        {"terms", std::move(terms)}};
 }
 
-inline void to_json(nlohmann::json& j, const Simulation& s) {
+template <class Json>
+void to_json(Json& j, const Simulation& s) {
   j = {{"peak_bytes", s.peak.count()},         {"first_step_bytes", s.first.count()},
        {"steady_bytes", s.steady.count()},     {"after_build_bytes", s.after_build.count()},
        {"reserved_bytes", s.reserved.count()}, {"phase", s.phase},
        {"requests", s.requests}};
 }
 
-inline void to_json(nlohmann::json& j, const Estimate& e) {
-  nlohmann::json simulation = e.simulation ? nlohmann::json(*e.simulation) : nlohmann::json::object();
+template <class Json>
+void to_json(Json& j, const Estimate& e) {
+  Json simulation = e.simulation ? Json(*e.simulation) : Json::object();
   simulation["available"] = e.simulation.has_value();
   if (!e.simulation) simulation["why"] = e.no_simulation;
   j = {{"peak_bytes", e.peak.count()},

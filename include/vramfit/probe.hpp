@@ -21,6 +21,7 @@
 
 #include "vramfit/bytes.hpp"
 #include "vramfit/error.hpp"
+#include "vramfit/json.hpp"
 #include "vramfit/model.hpp"
 #include "vramfit/probe/instruments.hpp"
 #include "vramfit/probe/meter.hpp"
@@ -169,35 +170,6 @@ private:
 
 // ---- JSON -----------------------------------------------------------------------------------------
 
-inline nlohmann::json to_json(const ModelShape& m) {
-  return {{"vocab", m.vocab},
-          {"hidden", m.hidden},
-          {"intermediate", m.intermediate},
-          {"layers", m.layers},
-          {"heads", m.heads},
-          {"kv_heads", m.kv_heads},
-          {"head_dim", m.head_dimension()},
-          {"tied_embeddings", m.tied_embeddings},
-          {"qkv_bias", m.qkv_bias},
-          {"gated_mlp", m.gated_mlp}};
-}
-
-inline nlohmann::json to_json(const Step& s) {
-  nlohmann::json j{{"batch", s.batch},
-                   {"seq", s.seq},
-                   {"precision", std::string(to_string(s.precision))},
-                   {"mode", std::string(to_string(s.mode))},
-                   {"gradient_checkpointing", s.gradient_checkpointing},
-                   {"attention", std::string(to_string(s.attention))},
-                   {"logits_retained", s.logits_retained},
-                   {"peak_over", std::string(to_string(s.peak_over))}};
-  if (s.mode == Mode::lora) {
-    j["lora_rank"] = s.lora.rank;
-    j["lora_targets"] = to_string(s.lora.targets);
-  }
-  return j;
-}
-
 inline nlohmann::json to_json(const ReferenceOptions& o, const Step& s) {
   return {{"norm", std::string(to_string(o.norm))},
           {"adapter_dtype", dtype_name(o.adapter_dtype.value_or(scalar_type(s.precision)))},
@@ -220,8 +192,8 @@ inline nlohmann::json to_json(const StepMeasurement& m) {
 inline std::string to_json_line(const CheckResult& r, const ModelShape& model, const Step& step,
                                 const ReferenceOptions& options, const StackRecord& stack) {
   nlohmann::json j;
-  j["model"] = probe::to_json(model);
-  j["step"] = probe::to_json(step);
+  j["model"] = model;  // the schema of json.hpp
+  j["step"] = step;
   j["options"] = probe::to_json(options, step);
   j["predicted"] = r.predicted.count();
   j["real"] = r.real.count();

@@ -38,7 +38,9 @@ rank), then the step rows ordered by arm, strategy, repeat and rank, then one en
 Row kinds: "stack" (one per rank: GPU, driver, torch/CUDA/NCCL/transformers/PEFT versions, the
 world size, rank, backend and the NVLink-multicast switches), "step" (one per arm, strategy,
 repeat and rank), "end". A step row holds the arm's fields (hf_harness.arm_fields), `strategy`,
-`vramfit_sharding`, `world_size`, `shard_group`, `rank`, `local_rank`, `phases`
+`sharding` and `world_size` (vramfit's --sharding and --world-size for the row: with the arm's
+fields, the step in vramfit's JSON schema, include/vramfit/json.hpp), `shard_group`, `rank`,
+`local_rank`, `phases`
 (`step1`/`step2` x `forward`/`backward`/`optimizer`/`zero_grad`, each
 {before, peak, after, reserved_peak, seconds}), `peak_first`, `peak_steady`,
 `weights_allocated` (after wrapping, before the optimizer exists), `context_allocated`, the
@@ -391,7 +393,7 @@ def run(args, arms, rank, world, local, device):
         for plan_index, arm in enumerate(arms):
             for strategy in args.strategies:
                 row = {"kind": "step", "harness": "fsdp_harness", "plan_index": plan_index, "repeat": rep,
-                       "strategy": strategy, "vramfit_sharding": vramfit_sharding(strategy, world, args.hybrid_shard),
+                       "strategy": strategy, "sharding": vramfit_sharding(strategy, world, args.hybrid_shard),
                        "world_size": world, "shard_group": (args.hybrid_shard or world) if strategy == "fsdp" else 1,
                        "rank": rank, "local_rank": local, "backend": args.backend, "device": device.type}
                 row.update(hf.arm_fields(arm))

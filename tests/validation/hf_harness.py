@@ -143,6 +143,20 @@ def canonical_targets(raw):
     return ",".join(ordered), ordered
 
 
+def targets_text(targets):
+    """A row's lora_targets (a list) as the arms and vramfit's --lora-targets spell it: "all-linear"
+    for the seven projections, else the names joined by commas; None for full fine-tuning."""
+    if targets is None or isinstance(targets, str):
+        return targets
+    return "all-linear" if list(targets) == ALL_LINEAR_MODULES else ",".join(targets)
+
+
+def row_arm(arm):
+    """The arm as rows record it: lora_targets as the list of projection names, in vramfit's order
+    of modules (vramfit's JSON schema, include/vramfit/json.hpp), None for full fine-tuning."""
+    return dict(arm, lora_targets=arm["lora_target_modules"])
+
+
 def normalize_arm(raw, for_max_batch=False):
     """Validate an arm object and fill in the defaults.  Raises ArmSpecError."""
     if not isinstance(raw, dict):
@@ -835,7 +849,7 @@ def summarize_phases(phases):
 def arm_fields(arm):
     return {
         "model": arm["model"], "arch": arm["arch"], "shape": dict(arm["shape"]), "mode": arm["mode"],
-        "lora_rank": arm["lora_rank"], "lora_targets": arm["lora_targets"],
+        "lora_rank": arm["lora_rank"], "lora_targets": arm["lora_target_modules"],  # the list: see row_arm
         "lora_target_modules": arm["lora_target_modules"], "lora_alpha": arm["lora_alpha"],
         "lora_dropout": arm["lora_dropout"], "gradient_checkpointing": arm["gradient_checkpointing"],
         "logits_retained": arm["logits_retained"], "batch": arm["batch"], "seq": arm["seq"],
@@ -1116,14 +1130,14 @@ class Runner:
             "error/warning"))
         for r in self.rows:
             log("%-4s %-15s %-5s %-28s %-3s %-3s %-3s %-5s %9s %9s %9s %7.1f  %s" % (
-                r["plan_index"], r["model"][:15], r["mode"], (r["lora_targets"] or "-")[:28],
+                r["plan_index"], r["model"][:15], r["mode"], (targets_text(r["lora_targets"]) or "-")[:28],
                 r["lora_rank"] if r["lora_rank"] is not None else "-", int(r["gradient_checkpointing"]),
                 int(r["logits_retained"]), "%dx%d" % (r["batch"], r["seq"]),
                 gib(r.get("weights_allocated")), gib(r.get("peak_first")), gib(r.get("peak_steady")),
                 r["wall_seconds"], (r["error"] or r.get("warning") or "")[:60]))
         for r in self.mb_rows:
             log("max-batch %-15s %-5s %-28s gc=%d s=%d cap=%s GiB -> %s  trials=%s %s" % (
-                r["model"], r["mode"], r["lora_targets"] or "-", int(r["gradient_checkpointing"]), r["seq"],
+                r["model"], r["mode"], targets_text(r["lora_targets"]) or "-", int(r["gradient_checkpointing"]), r["seq"],
                 gib(r["cap_bytes"]), r["max_batch"], r["trials"], r["error"] or ""))
         log("GiB = 2^30 bytes; %d rows, %d with an error; %.1fs in all" % (
             len(self.rows) + len(self.mb_rows), self.n_errors, time.time() - self.t_start))

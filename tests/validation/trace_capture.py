@@ -9,6 +9,7 @@ Usage: python3 trace_capture.py --out DIR [--frames] ARM_JSON [ARM_JSON ...]
 Writes DIR/trace-N.jsonl per arm, two lines:
   {"kind":"stack", ...}                    the stack record (as hf_harness.py writes it)
   {"kind":"trace", "arm", "baseline", "phases", "peak_allocated", "peak_requested", "events"}
+  arm: the arm as hf_harness.py fills it in, lora_targets as the list of projection names.
   events: one integer per allocator event in order: a positive n is an allocation of n requested
   bytes, a negative -k frees the k-th allocation (1-based, counting allocations in order).
   baseline: bytes allocated before recording began (the cuBLAS workspaces), outside the events.
@@ -171,7 +172,7 @@ def main():
                 events.append(-ordinal.pop(e["addr"]))
         # The harness resets the peak at every phase: the run's peak is the largest phase peak.
         phases = [ph for step in res["phases"].values() for ph in step.values()]
-        row = {"kind": "trace", "arm": arm, "baseline": baseline, "phases": res["phases"],
+        row = {"kind": "trace", "arm": H.row_arm(arm), "baseline": baseline, "phases": res["phases"],
                "peak_allocated": max(ph["peak"] for ph in phases),
                "peak_requested": max(ph["requested_peak"] for ph in phases),
                "live_at_end": len(ordinal), "events": events}

@@ -17,7 +17,9 @@ Usage: python3 trace_program.py TRACES.jsonl[.gz] --header OUT.hpp [--check REAL
       --stack libtorch --constants 33554432,1048576 --header include/vramfit/detail/programs/libtorch.hpp \
       --check tests/data/traces/libtorch_real_traces.jsonl.gz
 """
-import argparse, gzip, itertools, json, sys
+import argparse, gzip, itertools, json, os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_harness as H  # no torch at import
 DIMS = ['B','S','h','i','H','kvh','d','V','r','S1']
 def dims_of(arm):
     s = arm['shape']
@@ -672,7 +674,8 @@ def serialise(prog):
 # ---- main: verify programs across layer counts and write the C++ header --------------------------
 def variant_key(arm):
     s = arm['shape']
-    return (arm['arch'], bool(s['tied_embeddings']), arm['mode'], arm.get('lora_targets') or '',
+    # The targets as the programs name them ("all-linear", "q_proj,v_proj"); rows record the list.
+    return (arm['arch'], bool(s['tied_embeddings']), arm['mode'], H.targets_text(arm.get('lora_targets')) or '',
             bool(arm['gradient_checkpointing']), bool(arm['logits_retained']))
 
 

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include "vramfit/detail/allocator.hpp"
 #include "vramfit/bytes.hpp"
 #include "vramfit/error.hpp"
+#include "vramfit/json.hpp"
 #include "vramfit/model.hpp"
 #include "vramfit/step.hpp"
 
@@ -27,7 +29,7 @@ struct MeasuredStep {
   std::string model;                  ///< the model's name as recorded
   std::string stack;                  ///< "hf-peft" or "libtorch"
   ModelShape shape;
-  Step step;                          ///< peak_over is set to steady; use `real(PeakOver)`
+  Step step;                          ///< as the row records it (peak_over: steady where it does not)
   Bytes real_first;                   ///< peak of allocated bytes over step 1, weights included
   Bytes real_steady;                  ///< the larger of steps 1 and 2
   std::uint64_t realised_seq = 0;     ///< the input width the step really ran
@@ -61,22 +63,23 @@ struct Measurements {
 };
 
 
+/// Runs `read` (a reader of json.hpp), putting `where` in front of the field named by any
+/// `InvalidInput` it throws: "file:line: lora_targets".
+template <class Read>
+decltype(auto) read_at(const std::string& where, Read&& read) {
+  try {
+    return read();
+  } catch (const InvalidInput& e) {
+    // what() is "field: message".
+    throw InvalidInput(where + ": " + e.field(), std::string_view(e.what()).substr(e.field().size() + 2));
+  }
+}
+
 inline const nlohmann::json& require(const nlohmann::json& row, const char* key, const std::string& where) {
-  const auto it = row.find(key);
-  if (it == row.end() || it->is_null()) throw InvalidInput(where + ": " + key, "missing");
-  return *it;
+  return read_at(where, [&]() -> const nlohmann::json& { return json_field(row, key); });
 }
 inline std::uint64_t require_count(const nlohmann::json& row, const char* key, const std::string& where) {
-  const auto& v = require(row, key, where);
-  if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() < 0))
-    throw InvalidInput(where + ": " + key, "must be a non-negative integer");
-  return v.get<std::uint64_t>();
-}
-inline bool optional_bool(const nlohmann::json& row, const char* key, bool fallback, const std::string& where) {
-  const auto it = row.find(key);
-  if (it == row.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) throw InvalidInput(where + ": " + key, "must be true or false");
-  return it->get<bool>();
+  return read_at(where, [&] { return json_count(row, key); });
 }
 
 /// One line of a JSON-lines file as an object; `where` names the file and line in errors.
@@ -91,40 +94,24 @@ inline nlohmann::json parse_row(const std::string& text, const std::string& wher
   return row;
 }
 
+/// The row's "shape" in the schema of json.hpp.
 inline ModelShape shape_from(const nlohmann::json& row, const std::string& where) {
-  const auto& s = require(row, "shape", where);
-  const std::string at = where + ": shape";
-  ModelShape m;
-  m.vocab = require_count(s, "vocab", at);
-  m.hidden = require_count(s, "hidden", at);
-  m.intermediate = require_count(s, "intermediate", at);
-  m.layers = require_count(s, "layers", at);
-  m.heads = require_count(s, "heads", at);
-  m.kv_heads = require_count(s, "kv_heads", at);
-  m.head_dim = s.contains("head_dim") && !s["head_dim"].is_null() ? require_count(s, "head_dim", at) : 0;
-  m.tied_embeddings = optional_bool(s, "tied_embeddings", false, at);
-  m.qkv_bias = optional_bool(s, "qkv_bias", false, at);
-  m.gated_mlp = optional_bool(s, "gated_mlp", true, at);
-  validate(m);
-  return m;
+  const nlohmann::json& shape = require(row, "shape", where);
+  if (!shape.is_object()) throw InvalidInput(where + ": shape", "must be a JSON object");
+  return read_at(where + ": shape", [&] { return shape.get<ModelShape>(); });
 }
 
+/// The step the row's top-level fields give, in the schema of json.hpp. Rows without a batch
+/// (`with_batch` false: a max-batch search) read as batch 1. "attention": "sdpa" (HF's
+/// `attn_implementation`, which lets PyTorch pick the kernel) reads as the default, flash.
 inline Step step_from(const nlohmann::json& row, const std::string& where, bool with_batch) {
-  Step s;
-  s.batch = with_batch ? require_count(row, "batch", where) : 1;
-  s.seq = require_count(row, "seq", where);
-  s.mode = parse_mode(require(row, "mode", where).get<std::string>(), where + ": mode");
-  if (s.mode == Mode::lora) {
-    s.lora.rank = require_count(row, "lora_rank", where);
-    s.lora.targets = parse_targets(require(row, "lora_targets", where).get<std::string>(), where + ": lora_targets");
-  }
-  s.gradient_checkpointing = optional_bool(row, "gradient_checkpointing", false, where);
-  s.logits_retained = optional_bool(row, "logits_retained", false, where);
-  if (const auto it = row.find("attention"); it != row.end() && it->is_string() && *it != "sdpa")
-    s.attention = parse_attention(it->get<std::string>(), where + ": attention");
-  if (const auto it = row.find("precision"); it != row.end() && it->is_string())
-    s.precision = parse_precision(it->get<std::string>(), where + ": precision");
-  return s;
+  const auto attention = row.find("attention");
+  const bool sdpa = attention != row.end() && *attention == "sdpa";
+  if (with_batch && !sdpa) return read_at(where, [&] { return row.get<Step>(); });
+  nlohmann::json copy = row;
+  if (!with_batch) copy["batch"] = 1;
+  if (sdpa) copy.erase("attention");
+  return read_at(where, [&] { return copy.get<Step>(); });
 }
 
 
