@@ -203,9 +203,7 @@ TEST_CASE("retained logits add exactly their bytes to the backward peak") {
   vp::PeakMeter meter(0);
   const Bytes base = settle(meter);
   const ModelShape model{.vocab = 32768, .hidden = 128, .intermediate = 256, .layers = 1, .heads = 4, .kv_heads = 2, .head_dim = 32};
-  Step step;
-  step.batch = 2;
-  step.seq = 256;
+  const Step step{.batch = 2, .seq = 256};
   // Both runs start without cuBLAS workspaces (the forward's thread and the autograd engine's
   // thread each create one), so only the logits differ.
   const auto [dropped, kept] = measure_off_on(meter, model, step, &Step::logits_retained, base);
@@ -221,9 +219,7 @@ TEST_CASE("checkpointing lowers the peak of a step whose activations dominate") 
   vp::PeakMeter meter(0);
   const Bytes base = settle(meter);
   const ModelShape model{.vocab = 4096, .hidden = 512, .intermediate = 1408, .layers = 8, .heads = 8, .kv_heads = 4, .head_dim = 64};
-  Step step;
-  step.batch = 4;
-  step.seq = 1024;
+  const Step step{.batch = 4, .seq = 1024};
   const auto [plain, checkpointed] = measure_off_on(meter, model, step, &Step::gradient_checkpointing, base);
   CHECK(checkpointed.peak.count() < plain.peak.count());
   CHECK(settle(meter).count() == base.count());

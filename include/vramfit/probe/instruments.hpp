@@ -78,6 +78,13 @@ inline nlohmann::json to_json(const StackRecord& s) {
 /// One line of JSON: the stack alone.
 inline std::string to_json_line(const StackRecord& s) { return nlohmann::json{{"stack", probe::to_json(s)}}.dump(); }
 
+/// One instrument's JSON line: its name, its fields and the stack record.
+inline std::string instrument_line(std::string_view instrument, nlohmann::json fields, const StackRecord& stack) {
+  fields["instrument"] = instrument;
+  fields["stack"] = probe::to_json(stack);
+  return fields.dump();
+}
+
 // ---- spread ---------------------------------------------------------------------------------------
 
 namespace detail {
@@ -175,18 +182,11 @@ inline std::vector<LossBytes> measure_loss_bytes(PeakMeter& meter, const std::ve
 }
 
 inline std::string to_json_line(const LossBytes& row, const StackRecord& stack) {
-  nlohmann::json j;
-  j["instrument"] = "loss_bytes_per_element";
-  j["vocab"] = row.vocab;
-  j["tokens"] = row.tokens;
-  j["logits_dtype"] = "bf16";
-  j["upcast"] = row.upcast;
-  j["forward"] = row.forward;
-  j["total"] = row.total;
-  j["mean"] = row.mean();
-  j["spread"] = row.spread();
-  j["stack"] = probe::to_json(stack);
-  return j.dump();
+  return instrument_line("loss_bytes_per_element",
+                         {{"vocab", row.vocab}, {"tokens", row.tokens}, {"logits_dtype", "bf16"},
+                          {"upcast", row.upcast}, {"forward", row.forward}, {"total", row.total},
+                          {"mean", row.mean()}, {"spread", row.spread()}},
+                         stack);
 }
 
 // ---- (b) SDPA's extra allocation for one head -----------------------------------------------------
@@ -288,20 +288,14 @@ inline std::vector<SdpaExtra> measure_sdpa_extra(PeakMeter& meter, const std::ve
 }
 
 inline std::string to_json_line(const SdpaExtra& row, const StackRecord& stack) {
-  nlohmann::json j;
-  j["instrument"] = "sdpa_extra";
-  j["seq"] = row.seq;
-  j["head_dim"] = row.head_dim;
-  j["heads"] = row.heads;
-  j["dtype"] = row.dtype;
-  j["causal"] = true;
-  j["backend"] = row.backend;
-  j["chosen"] = row.chosen;
-  j["forward_extra"] = row.forward ? nlohmann::json(row.forward->count()) : nlohmann::json(nullptr);
-  j["total_extra"] = row.total ? nlohmann::json(row.total->count()) : nlohmann::json(nullptr);
-  if (!row.error.empty()) j["error"] = row.error;
-  j["stack"] = probe::to_json(stack);
-  return j.dump();
+  const auto bytes_or_null = [](const std::optional<Bytes>& b) { return b ? nlohmann::json(b->count()) : nlohmann::json(); };
+  nlohmann::json fields = {{"seq", row.seq},         {"head_dim", row.head_dim},
+                           {"heads", row.heads},     {"dtype", row.dtype},
+                           {"causal", true},         {"backend", row.backend},
+                           {"chosen", row.chosen},   {"forward_extra", bytes_or_null(row.forward)},
+                           {"total_extra", bytes_or_null(row.total)}};
+  if (!row.error.empty()) fields["error"] = row.error;
+  return instrument_line("sdpa_extra", std::move(fields), stack);
 }
 
 }  // namespace vramfit::probe
