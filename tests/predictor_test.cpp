@@ -76,31 +76,28 @@ bool fits_at_seq(const P& predictor, const ModelShape& m, Step s, Budget b, std:
   return predictor.fits(m, s, b);
 }
 
-/// max_batch's answer fits and one more does not (or it is the limit); 0 means batch 1 does not fit.
-template <class P>
-void check_max_batch_boundary(const P& predictor, const ModelShape& m, const Step& s, Budget b) {
-  const std::uint64_t n = predictor.max_batch(m, s, b);
+/// A search's answer `n` fits and `n` + 1 does not (or `n` is the limit); 0 means 1 does not fit.
+template <class FitsAt>
+void check_boundary(std::uint64_t n, std::uint64_t limit, FitsAt fits_at) {
   CAPTURE(n);
-  REQUIRE(n <= batch_limit);
+  REQUIRE(n <= limit);
   if (n == 0) {
-    CHECK_FALSE(fits_at_batch(predictor, m, s, b, 1));
+    CHECK_FALSE(fits_at(1));
     return;
   }
-  CHECK(fits_at_batch(predictor, m, s, b, n));
-  if (n < batch_limit) CHECK_FALSE(fits_at_batch(predictor, m, s, b, n + 1));
+  CHECK(fits_at(n));
+  if (n < limit) CHECK_FALSE(fits_at(n + 1));
+}
+
+template <class P>
+void check_max_batch_boundary(const P& predictor, const ModelShape& m, const Step& s, Budget b) {
+  check_boundary(predictor.max_batch(m, s, b), batch_limit,
+                 [&](std::uint64_t v) { return fits_at_batch(predictor, m, s, b, v); });
 }
 
 template <class P>
 void check_max_seq_boundary(const P& predictor, const ModelShape& m, const Step& s, Budget b) {
-  const std::uint64_t n = predictor.max_seq(m, s, b);
-  CAPTURE(n);
-  REQUIRE(n <= seq_limit);
-  if (n == 0) {
-    CHECK_FALSE(fits_at_seq(predictor, m, s, b, 1));
-    return;
-  }
-  CHECK(fits_at_seq(predictor, m, s, b, n));
-  if (n < seq_limit) CHECK_FALSE(fits_at_seq(predictor, m, s, b, n + 1));
+  check_boundary(predictor.max_seq(m, s, b), seq_limit, [&](std::uint64_t v) { return fits_at_seq(predictor, m, s, b, v); });
 }
 
 /// A term priced as a constant plus so many bytes per token, in every phase.

@@ -75,6 +75,7 @@ from datetime import timedelta  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_harness as hf  # noqa: E402  (the model builders, plans and arm parsing; imports no torch)
+from vramfit_flags import step_flags  # noqa: E402
 
 torch = None  # set by import_stack()
 dist = None
@@ -163,13 +164,7 @@ def vramfit_args(arm, strategy, world_size, hybrid_shard):
         a += ["--model", arm["model"]]
     else:
         a += ["--config", "<a config.json of shape %s>" % json.dumps(arm["shape"], sort_keys=True)]
-    a += ["--batch", str(arm["batch"]), "--seq", str(arm["seq"]), "--mode", arm["mode"]]
-    if arm["mode"] == "lora":
-        a += ["--lora-rank", str(arm["lora_rank"]), "--lora-targets", arm["lora_targets"]]
-    if arm["gradient_checkpointing"]:
-        a.append("--grad-ckpt")
-    if arm["logits_retained"]:
-        a.append("--logits-retained")
+    a += step_flags(arm)
     a += ["--stack", "hf-peft", "--world-size", str(world_size),
           "--sharding", vramfit_sharding(strategy, world_size, hybrid_shard), "--json"]
     return a

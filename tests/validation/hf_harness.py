@@ -873,6 +873,15 @@ class Runner:
     def over_budget(self):
         return self.budget_s and (time.time() - self.t_start) > self.budget_s
 
+    def finish(self, row, t0, rows):
+        """Stamps a row's wall time and stack, counts its error, writes it and keeps it in `rows`."""
+        row["wall_seconds"] = round(time.time() - t0, 3)
+        row["stack"] = STACK
+        if row["error"]:
+            self.n_errors += 1
+        self.w.write(row)
+        rows.append(row)
+
     def sdpa_note(self, arm):
         key = json.dumps([arm["arch"], arm["shape"]], sort_keys=True)
         if key not in self.sdpa_notes:
@@ -959,12 +968,7 @@ class Runner:
                         "post_group_allocated %d != pre_arm_allocated %d" % (row["post_group_allocated"], group_pre))
             else:
                 row["post_group_allocated"] = None
-            row["wall_seconds"] = round(time.time() - t0, 3)
-            row["stack"] = STACK
-            if row["error"]:
-                self.n_errors += 1
-            self.w.write(row)
-            self.rows.append(row)
+            self.finish(row, t0, self.rows)
             log("[%d/%d] %s -> first %s GiB, steady %s GiB, weights %s GiB, %.1fs%s" % (
                 n, total, arm_summary(arm), gib(row.get("peak_first")), gib(row.get("peak_steady")),
                 gib(row.get("weights_allocated")), row["wall_seconds"],
@@ -1035,12 +1039,7 @@ class Runner:
                 finally:
                     torch.cuda.set_per_process_memory_fraction(1.0, 0)
                     clean()
-            row["wall_seconds"] = round(time.time() - t0, 3)
-            row["stack"] = STACK
-            if row["error"]:
-                self.n_errors += 1
-            self.w.write(row)
-            self.mb_rows.append(row)
+            self.finish(row, t0, self.mb_rows)
             log("[max-batch %d/%d] %s cap %s GiB -> max_batch %s, trials %s, %.1fs%s" % (
                 ci + 1, len(configs), arm_summary(arm), gib(cap), row["max_batch"],
                 row["trials"], row["wall_seconds"], ("  ERROR " + row["error"]) if row["error"] else ""))

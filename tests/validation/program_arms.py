@@ -17,6 +17,8 @@ The same arms for the Probe's LibTorch step (config files written to DIR, one li
 """
 import json, os, sys
 
+from vramfit_flags import step_flags
+
 SHAPE = {"vocab": 3001, "hidden": 345, "intermediate": 872, "heads": 15, "kv_heads": 3}
 KINDS = (("llama", False), ("llama", True), ("qwen2", True), ("qwen2", False))
 MODES = (("lora", "q_proj,k_proj,v_proj,o_proj"), ("lora", "q_proj,v_proj"), ("lora", "all-linear"), ("full", None))
@@ -65,15 +67,7 @@ def probe_flags(a, config_dir):
     path = os.path.join(config_dir, name + ".json")
     with open(path, "w") as f:
         json.dump(cfg, f)
-    flags = ["--config", path, "--stack", "libtorch", "--batch", str(a["batch"]), "--seq", str(a["seq"]),
-             "--mode", a["mode"]]
-    if a["mode"] == "lora":
-        flags += ["--lora-rank", str(a["lora_rank"]), "--lora-targets", a["lora_targets"]]
-    if a["gradient_checkpointing"]:
-        flags.append("--grad-ckpt")
-    if a["logits_retained"]:
-        flags.append("--logits-retained")
-    return flags
+    return ["--config", path, "--stack", "libtorch"] + step_flags(a)
 
 
 if __name__ == "__main__":
