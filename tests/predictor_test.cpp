@@ -328,19 +328,22 @@ TEST_CASE("a shape whose parameter count overflows 64 bits is bad input, named b
 }
 
 namespace {
-// Checks a search's boundary on both stacks over `cases` random presets, steps and budgets
-// (`check(predictor, shape, step, budget)`), and counts how often the hf-peft answer is 0 and
-// how often it is larger (`search(predictor, shape, step, budget)`), so a caller can see the grid
-// reaches both sides.
+// Checks max_batch's or max_seq's boundary on both stacks over `cases` random presets, steps and
+// budgets, and counts how often the hf-peft answer is 0 and how often it is larger, so a caller
+// can see the grid reaches both sides.
 struct BoundaryCounts {
   int zeros = 0, positives = 0;
 };
-template <class Check, class Search>
-BoundaryCounts check_boundaries(std::uint64_t seed, int cases, Check check, Search search) {
+enum class Search : std::uint8_t { batch, seq };
+BoundaryCounts check_boundaries(std::uint64_t seed, int cases, Search search) {
   const HfPeftPredictor hf;
   const LibTorchPredictor lt;
   Lcg rng{seed};
   BoundaryCounts counts;
+  const auto check = [&](const auto& p, const ModelShape& m, const Step& s, Budget b) {
+    if (search == Search::batch) check_max_batch_boundary(p, m, s, b);
+    else check_max_seq_boundary(p, m, s, b);
+  };
   for (int k = 0; k < cases; ++k) {
     const auto& preset = presets[rng.below(presets.size())];
     const Step s = random_step(rng);
@@ -350,16 +353,16 @@ BoundaryCounts check_boundaries(std::uint64_t seed, int cases, Check check, Sear
     CAPTURE(b.usable.count());
     check(hf, preset.shape, s, b);
     check(lt, preset.shape, s, b);
-    (search(hf, preset.shape, s, b) == 0 ? counts.zeros : counts.positives)++;
+    const std::uint64_t answer =
+        search == Search::batch ? hf.max_batch(preset.shape, s, b) : hf.max_seq(preset.shape, s, b);
+    (answer == 0 ? counts.zeros : counts.positives)++;
   }
   return counts;
 }
 }  // namespace
 
 TEST_CASE("max_batch is exact at the boundary, over many configurations and budgets") {
-  const BoundaryCounts counts = check_boundaries(
-      42, 300, [](const auto& p, const ModelShape& m, const Step& s, Budget b) { check_max_batch_boundary(p, m, s, b); },
-      [](const auto& p, const ModelShape& m, const Step& s, Budget b) { return p.max_batch(m, s, b); });
+  const BoundaryCounts counts = check_boundaries(42, 300, Search::batch);
   // The grid reaches both sides.
   CHECK(counts.zeros > 10);
   CHECK(counts.positives > 10);
@@ -422,9 +425,7 @@ TEST_CASE("max_batch still answers exactly for a term that is not affine in batc
 }
 
 TEST_CASE("max_seq is exact at the boundary, over many configurations and budgets") {
-  const BoundaryCounts counts = check_boundaries(
-      1234, 200, [](const auto& p, const ModelShape& m, const Step& s, Budget b) { check_max_seq_boundary(p, m, s, b); },
-      [](const auto& p, const ModelShape& m, const Step& s, Budget b) { return p.max_seq(m, s, b); });
+  const BoundaryCounts counts = check_boundaries(1234, 200, Search::seq);
   CHECK(counts.zeros > 5);
   CHECK(counts.positives > 10);
 }
