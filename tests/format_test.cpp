@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "vramfit/estimate.hpp"
 #include "vramfit/format.hpp"
 #include "vramfit/predictor.hpp"
 #include "vramfit/presets.hpp"
@@ -226,4 +227,18 @@ TEST_CASE("describe_count: parameter counts in words") {
   CHECK(vramfit::describe_count(134515008) == "134.5M");
   CHECK(vramfit::describe_count(999960000) == "1.00B");
   CHECK(vramfit::describe_count(7615616512) == "7.62B");
+}
+
+TEST_CASE("an estimate prints its peak, method, required and the closed form's breakdown") {
+  const vramfit::Estimate simulated =
+      vramfit::estimate(*vramfit::find_preset("SmolLM2-135M"), vramfit::Step{.batch = 1, .seq = 1024});
+  const std::string text = fmt::format("{}", simulated);
+  CHECK(text.find(fmt::format("peak:      {} allocated, in the {} (allocator simulation)", simulated.peak,
+                              simulated.phase)) == 0);
+  CHECK(text.find(fmt::format("required:  {}", simulated.required)) != std::string::npos);
+  CHECK(text.find(fmt::format("{}", simulated.closed_form)) != std::string::npos);
+  const vramfit::Estimate closed = vramfit::estimate(*vramfit::find_preset("SmolLM2-135M"),
+                                                     vramfit::Step{.batch = 1, .seq = 1024, .precision = vramfit::Precision::fp32});
+  CHECK(fmt::format("{}", closed).find("method:    closed form; no allocator simulation: recorded in bf16 only") !=
+        std::string::npos);
 }

@@ -16,7 +16,10 @@
 #include <string_view>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "vramfit/bytes.hpp"
+#include "vramfit/format.hpp"
 #include "vramfit/model.hpp"
 #include "vramfit/predictor.hpp"
 #include "vramfit/profiles.hpp"
@@ -216,3 +219,28 @@ inline SearchResult max_seq(const ModelShape& model, Step step, Budget budget, S
 }
 
 }  // namespace vramfit
+
+/// `fmt::print("{}", estimate)`: the peak, how it was obtained, `required`, then the closed form's
+/// breakdown by term and phase.
+template <>
+struct fmt::formatter<vramfit::Estimate> {
+  constexpr auto parse(format_parse_context& ctx) -> decltype(ctx.begin()) {
+    auto it = ctx.begin();
+    if (it != ctx.end() && *it != '}') throw format_error("vramfit::Estimate takes no format spec");
+    return it;
+  }
+
+  auto format(const vramfit::Estimate& e, format_context& ctx) const -> decltype(ctx.out()) {
+    auto out = fmt::format_to(ctx.out(), "peak:      {} allocated, in the {} ({})\n", e.peak, e.phase,
+                              vramfit::to_string(e.method));
+    out = fmt::format_to(out, "required:  {} with the allocator's margin\n", e.required);
+    if (e.simulation)
+      out = fmt::format_to(out, "method:    the recorded {} step program through the allocator model ({} requests, "
+                                "{} reserved); the terms below are the closed form's breakdown, {} at its peak\n",
+                           vramfit::to_string(e.stack), e.simulation->requests, e.simulation->reserved,
+                           e.closed_form.peak);
+    else
+      out = fmt::format_to(out, "method:    closed form; no allocator simulation: {}\n", e.no_simulation);
+    return fmt::format_to(out, "\n{}", e.closed_form);
+  }
+};
