@@ -29,13 +29,9 @@ struct Budget {
 };
 
 /**
- * The allocator's margin: a step fails when the reserved memory would pass the budget, and
- * reserved exceeds allocated. Blocks of 1 MiB and more come from segments rounded up to 2 MiB
- * (up to 20 MiB for mid-sized ones), and on an out-of-memory the allocator frees its cached
- * segments and retries, so what remains is fragmentation inside live segments. `required`
- * charges it as 4% of the predicted peak plus 64 MiB. Checked on the H200 data (tests/data):
- * `required` is at least 1.04 times the real allocated peak of every measured step, and the
- * largest batch it admits under four allocator caps equals the real largest batch.
+ * The allocator's margin: reserved memory exceeds allocated (fragmentation inside live segments),
+ * so `required` adds 4% of the peak plus 64 MiB. On the H200 data it is at least 1.029 x every
+ * measured peak. Why and how checked: tests/validation/README.md#allocator-margin
  */
 struct AllocatorMargin {
   std::uint64_t per_mille = 40;            ///< fragmentation, per mille of the allocated peak

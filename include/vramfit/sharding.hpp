@@ -1,108 +1,10 @@
 #pragma once
 /// @file sharding.hpp
-/// Per-rank bytes of the model state of one step under data parallelism: weights, LoRA adapters,
-/// grads, AdamW's moments and temporaries, divided over the ranks where a strategy shards them,
-/// plus the buffers the engine adds to move them. `ParameterTerm` calls
-/// `detail::sharded_parameter_bytes` for every step that is not one process on one GPU.
-/// Activations and logits are per rank already (each rank runs its own micro-batch): nothing
-/// here touches them.
-///
-/// Read from the sources, not measured: no multi-GPU run has checked these figures yet.
-///
-/// Conventions. S is the shard count (`Step::shard_count`: the world size for zero1, zero2 and
-/// full, the group for hybrid, 1 for none). The prediction is rank 0's: every engine here gives
-/// rank 0 the largest shard (FSDP2 pads each tensor's dim 0 to a multiple of S and rank 0 holds
-/// ceil(rows / S) rows; DeepSpeed pads the flat partition), so it bounds every rank.
-/// The state keeps the stack profile's dtypes: bf16 weights and grads, AdamW moments in the
-/// parameter's dtype (torch.optim.AdamW on bf16 parameters), fp32 LoRA adapters under hf-peft.
-///
-/// What each strategy adds, phase by phase (e bytes per weight element, g per trainable element):
-///
-/// none, world size > 1 (torch.nn.parallel.DistributedDataParallel, its defaults):
-///   torch/csrc/distributed/c10d/reducer.cpp, Reducer::initialize_buckets allocates one flat
-///   `bucket.gradients` tensor per bucket over the trainable parameters, at construction (and
-///   again, after `buckets_.clear()`, when the buckets are rebuilt after the first iteration);
-///   mark_variable_ready_dense copies each grad into its bucket view and
-///   finalize_bucket_dense copies the reduced values back, because `gradient_as_bucket_view`
-///   defaults to False (torch/nn/parallel/distributed.py). So a second copy of the trainable
-///   grads (g x trainable) lives through every phase of every step. With
-///   gradient_as_bucket_view=True the grads are the bucket views and this copy does not exist:
-///   this model then over-predicts by it.
-///
-/// zero1, zero2 (ZeRO stages 1 and 2; buffers of DeepSpeed's DeepSpeedZeroOptimizer,
-/// deepspeed/runtime/zero/stage_1_and_2.py, at its defaults):
-///   - moments and AdamW temporaries per rank: one partition of the flat trainable group,
-///     padded to 2 x S elements (`flatten_dense_tensors_aligned` with nccl_start_alignment_factor
-///     2 x the data-parallel size): 2 ceil(n / 2S) elements;
-///   - grads: zero1 keeps every grad on every rank through the backward (the stage's
-///     definition; DeepSpeed with contiguous_gradients=False does so until the epilogue);
-///     zero2 keeps its partition (`grads_in_partition`, copy_grads_in_partition);
-///   - the reduce bucket: `setup_buckets` / `backward` allocate `reduce_bucket_size` elements
-///     (default 5e8, `DeepSpeedZeroBuffers::reduce_bucket_elements`) of the trainable dtype when
-///     contiguous_gradients is on (the default), for both stages, from the start of the backward
-///     to the epilogue (`_release_ipg_buffers`); not capped at the model size. Each grad exists
-///     once more as autograd made it until it is copied into the bucket
-///     (reduce_independent_p_g_buckets_and_remove_grads): the largest trainable tensor bounds it.
-///     overlap_comm=True allocates a second bucket: not modelled;
-///   - the optimizer step: each rank updates its partition, then `all_gather_dp_groups` gathers
-///     the updated weights with `all_gather_into_tensor` straight into the flat bit16 buffer the
-///     weights already live in (deepspeed/runtime/utils.py, all_gather_into_tensor_dp_groups):
-///     no extra memory. Grads outside the rank's partition are freed first
-///     (`free_grad_in_param_list`).
-///   Not modelled, and where a DeepSpeed run differs: in its bf16 and fp16 modes DeepSpeed
-///   keeps an fp32 master copy of its partition (`single_partition_of_fp32_groups`, 4 B per
-///   trainable parameter / S), runs the optimizer on it (fp32 moments, 8 B / S, where the stack
-///   profile's AdamW on bf16 weights keeps 4 B / S) and upcasts the partition's grads to fp32
-///   for the step (`single_grad_partition`, 4 B / S). For full fine-tuning in bf16 that is
-///   about 8 B per parameter / S more than predicted here through the forward and backward
-///   (12 B of master and moments against the profile's 4 B of moments) and 8 to 12 B / S more
-///   in the optimizer step: the prediction is NOT an upper bound for a DeepSpeed run of full
-///   fine-tuning until a DeepSpeed stack profile carries those dtypes. For LoRA under hf-peft
-///   the adapters are fp32 already: only the 4 B / S master copy (and the fp32 grad copy in
-///   the step) differ.
-///
-/// full, hybrid:K (PyTorch FSDP2, torch/distributed/fsdp/_fully_shard, `fully_shard` on every
-/// decoder layer, then on the root; default reshard_after_forward; no MixedPrecisionPolicy):
-///   - at rest everything is sharded: each parameter, its grad (a view into the reduce-scatter
-///     output) and both moments hold ceil(rows / S) rows per rank (FSDPParam, padded dim 0);
-///   - the root's parameters (embedding, final norm, lm_head) are gathered in its pre-forward
-///     and not resharded after the forward (FSDPState._lazy_init: "For the root, do not reshard
-///     after forward"), so they stay unsharded through the backward, until the root's
-///     post-backward in the final callback (`_root_post_backward_final_callback`): R bytes;
-///   - each layer is all-gathered for its forward and again for its backward
-///     (FSDPParamGroup.unshard / wait_for_unshard): `foreach_all_gather` allocates a flat
-///     output of S x the padded shard, `foreach_all_gather_copy_out` copies it into the
-///     unsharded parameters (a second buffer of that size). In the forward the previous
-///     layer's all-gather output is held until the next copy-out ([Note: Overlapping all-gather
-///     copy-in and all-gather], comm_ctx.all_gather_state); in the backward each layer
-///     prefetches the previous one (`_backward_prefetch`). So about two layers are unsharded at
-///     once: Lp bytes of unsharded parameters plus Lp of all-gather output;
-///   - each layer's grads are produced unsharded (Lg) and reduce-scattered in its post-backward
-///     (`foreach_reduce`): copied into a padded flat `reduce_scatter_input` (Lg padded) which is
-///     held in comm_ctx.reduce_scatter_state until the next layer's reduce; the unsharded
-///     parameters are resharded just before that copy;
-///   - with S = 1 (world size 1, or hybrid:1) FSDP2 skips the collectives but still copies the
-///     sharded data into separate unsharded parameters (`wait_for_unshard`, world_size == 1) and
-///     still allocates the reduce-scatter input: the root and layer copies and that input stay;
-///     the all-gather outputs do not exist.
-///   hybrid:K is FSDP2 with a 2-D (replicate, shard) mesh: the same with S = K; the all-reduce
-///   across groups runs in place on the reduce-scatter output (foreach_reduce's
-///   `all_reduce_input = reduce_output`), which is the sharded grad: no extra bytes.
-///
-/// Left out everywhere: NCCL's own buffers (channels, proxy and registration memory) come from
-/// cudaMalloc outside PyTorch's caching allocator, so `max_memory_allocated` never sees them, but
-/// the card does: leave room for them as for the CUDA context (a few hundred MB per process).
-/// DDP's construction-time broadcast of the module states (250 MB coalescing buffer) and its
-/// per-forward buffer broadcast happen outside the step's peak or are tiny. CPU offload of any
-/// kind is not modelled.
-///
-/// DeepSpeed's own estimators count model states only and assume its fp32 optimizer partition:
-/// `estimate_zero2_model_states_mem_needs` gives 4 B x params (bf16 weights and grads) +
-/// 16 B x params / N (fp32 master, moments and grads), `estimate_zero3_model_states_mem_needs`
-/// 4 B x the largest layer + 18 B x params / N. They leave out activations, logits, the loss,
-/// the reduce bucket, the all-gathered root and layers and the allocator; they count grads in
-/// full for ZeRO-2 where its partitioning keeps 1/N of them, and the largest *module* (often the
-/// embedding) where FSDP2 gathers a whole decoder layer plus the root.
+/// Rank 0's bytes of weights, adapters, grads, AdamW state and engine buffers under data
+/// parallelism (DDP, ZeRO-1/2 with DeepSpeed's buffers, FSDP2 full and hybrid sharding), for
+/// `ParameterTerm` on every step that is not one process on one GPU. Activations and logits are
+/// per rank already. Read from the PyTorch and DeepSpeed sources, not yet measured on several GPUs;
+/// what each strategy adds and from which function: tests/validation/README.md#sharding-model
 
 #include <cstdint>
 #include <string>
@@ -218,11 +120,8 @@ struct StackParameterFigures {
 
 /**
  * Rank 0's bytes of weights, adapters, grads, moments, AdamW temporaries and the strategy's
- * buffers at every phase (the file comment says what each strategy adds and from where).
- * With S = 1 the state is the single-GPU `ParameterTerm`'s exactly; what remains is the
- * strategy's buffers: none (world size 1): nothing; DDP: the bucket copy of the grads;
- * zero1 and zero2: the reduce bucket and the copy-in of one grad in the backward; full and
- * hybrid: the root's and the layers' unsharded copies and the reduce-scatter inputs.
+ * buffers at every phase, S = `Step::shard_count()`. With S = 1 the state is the single-GPU
+ * `ParameterTerm`'s exactly and only the strategy's buffers remain.
  */
 constexpr PhaseBytes sharded_parameter_bytes(const ModelShape& m, const Step& s, const StackParameterFigures& stack) {
   const std::uint64_t S = s.shard_count();
@@ -315,12 +214,8 @@ constexpr PhaseBytes sharded_parameter_bytes(const ModelShape& m, const Step& s,
                                max(layer_grads, layer_output);
       const Bytes embedding = root + root_grads + tied_extra + layer_grads_shard * L + layer_reduce;
       const Bytes root_reduce_scatter = root_grads + root_reduce + layer_grads_shard * L;
-      // And one moment of the forward: layer 0 gathers while the root's all-gather output is
-      // still held. Its activations (the embedding's output, the token buffers) are fewer than
-      // this phase's (one layer's saved set, its backward transients, the same buffers), so it
-      // is charged here rather than at the forward, whose end holds every activation: with a
-      // large vocabulary that would add the root's size to the forward's peak for a moment that
-      // never holds those activations.
+      // And the forward's moment where layer 0 gathers while the root's all-gather output is
+      // held: it has almost no activations, so it is charged here (tests/validation/README.md, FSDP2).
       const Bytes early_forward = root + root_output + layer_output;
       out[Phase::backward_bottom] =
           persistent + max(max(layer_zero, early_forward), max(embedding, root_reduce_scatter));

@@ -1,12 +1,9 @@
 #pragma once
 /// @file terms.hpp
-/// The cost terms: each says what it keeps live at every phase of a step. A `Predictor` adds
-/// them phase by phase and takes the largest phase. A user can swap any term for their own type
-/// (anything that models `CostTerm`) or add one.
-///
-/// Notation in the comments: T tokens (batch x seq), V vocab, h hidden, i intermediate,
-/// q = heads x head_dim, kv = kv_heads x head_dim, H heads, r LoRA rank, e bytes per element of
-/// the model dtype (2 for bf16), a bytes per adapter element.
+/// The cost terms: what each keeps live at every phase of a step; a `Predictor` adds them phase by
+/// phase. Notation: T tokens, V vocab, h hidden, i intermediate, q/kv query/key widths, H heads,
+/// r rank, e and a bytes per model and adapter element. Derivations and measured figures:
+/// tests/validation/README.md#cost-terms
 
 #include <concepts>
 #include <cstdint>
@@ -41,8 +38,7 @@ template <StackProfile P>
 constexpr std::uint64_t norm_saved_per_token(const ModelShape& m, const Step& s) {
   const std::uint64_t e = element_bytes(s.precision);
   if constexpr (P::norm == NormSaves::fp32_upcast) {
-    // fp32 copy of the input (pow and mul), rsqrt per token; the weight's grad needs the
-    // pre-weight copy in the model dtype when the weight trains.
+    // fp32 copy and rsqrt; the pre-weight copy when the weight trains.
     return 4 * m.hidden + 4 + (s.mode == Mode::full ? e * m.hidden : 0);
   } else {
     return e * m.hidden + 4;  // input + fp32 inverse RMS
@@ -71,16 +67,10 @@ struct SavedTensors {
 };
 
 /**
- * The tensors one decoder layer saves for backward, without checkpointing. Counted from the
- * tensors autograd keeps (a matmul saves an operand only when the other operand needs a grad):
- * - two RMSNorms (`norm_saved_per_token`: fp32 copy and rsqrt, or input and rstd);
- * - attention (fused SDPA kernels: flash, cuDNN, memory-efficient): q (e x q), k and v (e x kv
- *   each), the output (e x q) and the fp32 log-sum-exp per head (4 x H);
- * - MLP: gated: gate output (saved by SiLU), SiLU output and up output (saved by the product):
- *   3 e x i; not gated: the up output (saved by the activation): e x i;
- * - projection inputs: a trainable base weight saves its input (once per distinct input); an
- *   adapter saves its input too: its own cast copy (a x d_in) when the adapter dtype differs
- *   (PEFT casts per module), else the shared input once; plus lora_A's output (a x r).
+ * The tensors one decoder layer saves for backward, without checkpointing: two RMSNorms' saved
+ * sets, SDPA's q, k, v, output and log-sum-exp, the MLP's gate/SiLU/up outputs, and each
+ * projection input a trainable weight or an adapter keeps (a per-module fp32 copy under PEFT),
+ * plus lora_A's outputs. Derivation: tests/validation/README.md#activations
  */
 template <StackProfile P>
 constexpr SavedTensors layer_saved_tensors(const ModelShape& m, const Step& s) {
@@ -141,11 +131,8 @@ constexpr std::uint64_t layer_saved_per_token(const ModelShape& m, const Step& s
 
 /**
  * Per-token bytes of the transients of one decoder layer's backward, on top of its saved
- * tensors: the incoming and the residual grad of the hidden state (2 e x h) and the larger of
- * - the MLP's: grad of the product and of both factors (3 e x i gated, 2 e x i not), plus, when
- *   down_proj's adapter casts its input, the fp32 grad of that copy and its cast back ((a+e) x i);
- * - flash attention's: dq, dk, dv (dk and dv per query head first under GQA, then summed), and
- *   the fp32 dq accumulator and softmax row sums.
+ * tensors: the hidden state's two grads (2 e h) and the larger of the MLP's grads and flash
+ * attention's dq/dk/dv with their fp32 accumulators.
  */
 template <StackProfile P>
 constexpr std::uint64_t layer_backward_transient_per_token(const ModelShape& m, const Step& s) {
@@ -167,12 +154,10 @@ constexpr Bytes score_elements(const ModelShape& m, const Step& s) {
 }  // namespace detail
 
 /**
- * Saved activations of the decoder layers, the final norm, rotary tables and token buffers.
- * With gradient checkpointing (non-reentrant) each layer keeps only its input (e x h per token)
- * and the backward recomputes one layer at a time, which then holds that layer's saved set plus
- * its backward transients. The math attention backend adds the fp32 (seq x seq) probabilities per
- * head (saved, 4 B per score) and 12 B per score more at its backward's peak (measured: 16.1 to
- * 16.2 B per score in all); flash, cuDNN and memory-efficient kernels are linear in sequence.
+ * Saved activations of the decoder layers, the final norm, rotary tables and token buffers. With
+ * gradient checkpointing each layer keeps its input (e h per token) and the backward recomputes
+ * one layer at a time. The math backend adds 16 B per (seq x seq) score (measured on the H200,
+ * tests/data/instruments.jsonl); the fused kernels are linear in sequence.
  * @tparam P the stack profile
  */
 template <StackProfile P>
@@ -188,8 +173,7 @@ struct ActivationTerm {
     Bytes transient = bytes_of(detail::layer_backward_transient_per_token<P>(m, s), {T});
     if (s.attention == Attention::math) {
       layer += detail::score_elements(m, s) * 4;
-      // Measured (tests/data/instruments.jsonl, one head, seq 1024 to 8192): 16.1 to 16.2 B per
-      // score through the backward: 4 saved, 12 more at the backward's peak.
+      // 4 B per score saved, 12 more at the backward's peak.
       transient += detail::score_elements(m, s) * 12;
     }
     // Final norm, plus lm_head's input when lm_head trains.
@@ -219,11 +203,10 @@ struct ActivationTerm {
 };
 
 /**
- * The logits and the loss: B*S*V elements. Forward: the logits (e), their fp32 copy when the
- * profile upcasts (4), the log-softmax output (4 when computed in fp32, else e). Backward of
- * log-softmax: its saved output, the grad from NLL and its own grad, all in the loss dtype
- * (3 x 4 = 12 B per element with the upcast, 3 x 2 = 6 without), plus the logits themselves (e)
- * when the caller keeps the model output through backward (and so through the optimizer step).
+ * The logits and the loss, T x V elements: logits, fp32 copy and log-softmax in the forward;
+ * at the backward of log-softmax its output and two grads in the loss dtype (12 B per element
+ * with the fp32 upcast, 6 without, as measured on the H200), plus the logits when the caller
+ * keeps them. Derivation: tests/validation/README.md#logits-and-loss
  * @tparam P the stack profile
  */
 template <StackProfile P>
@@ -255,12 +238,9 @@ struct LogitsTerm {
 };
 
 /**
- * Weights, LoRA adapters, grads, AdamW's two moments (in the parameter's dtype) and the
- * update's temporaries. Grads are freed by zero_grad(set_to_none) and appear during backward:
- * the last layer's (and lm_head's) at the top, all of them at the bottom. Moments exist from the
- * first optimizer step on, so they are live through the forward and backward of every later step
- * (`PeakOver::steady`) but not of the first. With more than one rank or a sharding strategy the
- * bytes are rank 0's, from `detail::sharded_parameter_bytes` (vramfit/sharding.hpp).
+ * Weights, LoRA adapters, grads, AdamW's two moments (in the parameter's dtype) and the update's
+ * temporaries. Grads appear during the backward; moments exist from the first optimizer step on
+ * (`PeakOver::steady`). On several ranks: rank 0's, from `detail::sharded_parameter_bytes`.
  * @tparam P the stack profile
  */
 template <StackProfile P>
@@ -320,14 +300,9 @@ struct ParameterTerm {
 
 namespace detail {
 /**
- * Bytes the CUDA caching allocator counts as allocated for a tensor of `bytes`, beyond `bytes`,
- * when it gets its block the way a steady training step does (c10/cuda/CUDACachingAllocator.cpp):
- * every size rounds up to 512 B; a request under 1 MiB comes from the small pool and its block is
- * split exactly; a request under 10 MiB is cut from a 20 MiB segment, and when what would remain
- * after the last tensor of that size fits is 1 MiB or less it is not split off but handed over
- * (shared here over the tensors of the segment); a request of 10 MiB or more gets a segment
- * rounded up to 2 MiB, whose remainder is kept in the block when it is 1 MiB or less
- * (`should_split`: a large block splits only when more than kSmallSize = 1 MiB remains).
+ * Bytes the CUDA caching allocator counts as allocated for a tensor of `bytes`, beyond `bytes`, in
+ * a steady step: 512 B rounding, and a segment remainder of 1 MiB or less handed over unsplit
+ * (c10's `should_split`). Rules: tests/validation/README.md#allocator-slack
  */
 constexpr std::uint64_t block_slack(std::uint64_t bytes) {
   constexpr std::uint64_t mib = 1ULL << 20;
@@ -346,12 +321,8 @@ constexpr std::uint64_t block_slack(std::uint64_t bytes) {
 
 /**
  * The caching allocator's slack: what it counts as allocated beyond what the live tensors asked
- * for (`detail::block_slack` per tensor). Measured on the H200 (torch 2.11) as allocated minus
- * requested bytes at the peak of 176 HF steps: up to 184 MB, largest where the MLP's tensors
- * leave exactly 1 MiB of a 2 MiB-rounded segment (Qwen2.5-0.5B at seq 2048: 19,922,944 B tensors,
- * 1 MiB each), near 0 where sizes are multiples of 2 MiB. Charged per live tensor: the saved
- * activations (all layers, or the checkpointed inputs and one recomputed layer), the loss's
- * buffers, and in full fine-tuning the grads.
+ * for (`detail::block_slack` per saved activation, loss buffer and, in full fine-tuning, grad).
+ * Measured on the H200 at the peak of 176 HF steps: up to 184 MB.
  * @tparam P the stack profile
  */
 template <StackProfile P>
@@ -374,9 +345,8 @@ struct AllocatorSlackTerm {
     const std::uint64_t elements = checked_mul(T, m.vocab);
     const std::uint64_t loss = block_slack(checked_mul(e, elements)) + 3 * block_slack(checked_mul(4, elements)) +
                                2 * input;
-    // Full fine-tuning: the grads, one per weight, allocated during the backward. (The weights
-    // are not charged: loaded once, their packing into segments follows the model's own
-    // construction order, which this rule does not capture; measured slack there is under 9 MB.)
+    // Full fine-tuning: the grads, one per weight. (Not the weights: their packing follows the
+    // model's construction order; measured slack there is under 9 MB.)
     const bool full = s.mode == Mode::full;
     std::uint64_t layer_grads = 0;
     std::uint64_t head_grads = 0;

@@ -1,40 +1,10 @@
 #pragma once
 /// @file allocator.hpp
-/// `CachingAllocatorModel`: the block logic of PyTorch's CUDA caching allocator, replayed on a
-/// sequence of requests. Given the sizes a step asks for, in order, it gives the allocated bytes
-/// the allocator reports (`torch.cuda.max_memory_allocated`), which exceed the requested bytes by
-/// the allocator's slack: 512-byte rounding, and the remainders of reused or fresh blocks that are
-/// too small to split off. Replayed on traces recorded on the H200 (tests/data/traces/), it gives
-/// the measured peak of allocated bytes to the byte; see tests/allocator_test.cpp.
-///
-/// Modelled from c10/cuda/CUDACachingAllocator.cpp (PyTorch 2.x), for one device and one stream
-/// under the default configuration (no max_split_size_mb, no roundup_power2_divisions, no
-/// expandable segments, no garbage-collection threshold):
-/// - `round_size`: every request rounds up to a multiple of 512 B (512 B at least);
-/// - a rounded size of 1 MiB or less is served from the small pool, larger ones from the large pool;
-/// - a request with no free block of its size or larger in its pool gets a new segment
-///   (`get_allocation_size`): 2 MiB for the small pool, 20 MiB below 10 MiB, else the size rounded
-///   up to 2 MiB;
-/// - a free block is chosen best-fit: the smallest free block of the pool at least as large, the
-///   lowest address among equals (the pool is ordered by size, then address);
-/// - the chosen block is split when what remains is at least 512 B (small pool) or more than
-///   1 MiB (large pool); otherwise the whole block is handed to the request and counted as
-///   allocated;
-/// - a freed block merges with free neighbours of its segment. Segments are released only by
-///   `empty_cache` (no out-of-memory retry is modelled).
-/// Where new segments sit in virtual memory (`AddressOrder`) only breaks ties between equal free
-/// blocks, but those ties move the peak by a few MiB. `driver` follows what the GPU driver did in
-/// the recorded traces (tests/data/traces/, with the segments' addresses): it first fills the space
-/// it holds free, lowest address first (the `headroom` a process starts with), then takes chunks of
-/// 32 MiB, or the segment rounded up to 32 MiB, each below the last, the segment at the chunk's
-/// bottom and the rest of the chunk free for later segments; a released segment's range is free
-/// again. How much headroom a process has depends on what it did before: in processes that had
-/// released memory before their steps the recorded segments also went into earlier ranges above
-/// and below the first, in an order no rule here reproduces. `scattered` places each segment at
-/// a pseudo-random address (seeded, so a run repeats) and stands for those unknown placements.
-/// The simulation (`vramfit/detail/simulate.hpp`) runs the plain orders, the driver's at several
-/// headrooms and a number of scattered ones, and keeps the largest peak. With the real addresses
-/// given, the model reproduces the recorded traces to the byte.
+/// `CachingAllocatorModel`: the block logic of c10's CUDA caching allocator (512 B rounding, small
+/// and large pools, best fit, split and merge rules), replayed on a sequence of requests to give
+/// the allocated bytes `torch.cuda.max_memory_allocated` reports. With the recorded segment
+/// addresses it reproduces the H200 traces in tests/data/traces/ to the byte. Rules, sources and
+/// the placement orders: tests/validation/README.md#allocator-model
 
 #include <cstddef>
 #include <cstdint>
@@ -74,7 +44,7 @@ class CachingAllocatorModel {
   static constexpr std::uint64_t kScatteredPlacements = 32;
 
   /// The order of the addresses new segments take: each above the last, each below the last, the
-  /// GPU driver's placement, or pseudo-random addresses (see the file comment).
+  /// GPU driver's placement, or seeded pseudo-random addresses (the placements no rule reproduces).
   enum class AddressOrder : std::uint8_t { ascending, descending, driver, scattered };
 
   CachingAllocatorModel() = default;

@@ -6,8 +6,9 @@
 /// a model shape and step through `CachingAllocatorModel`, it gives the allocator's peak of
 /// allocated bytes, slack included, without a GPU.
 ///
-/// Programs come from traces (tests/validation/trace_capture.py --marks) turned into this form by
-/// tests/validation/trace_program.py; `vramfit/detail/programs/hf_peft.hpp` holds the HF + PEFT ones.
+/// Programs come from traces (tests/validation/trace_capture.py --marks, `vramfit probe --trace-out`)
+/// turned into this form by tests/validation/trace_program.py (detail/programs/*.hpp). What was
+/// recorded and how it is checked: tests/validation/README.md#step-programs
 ///
 /// The flat form (int32): a size table, then blocks.
 ///   sizes:  n, then per size: terms (or a negative `SizeKind`), per term (coef, factors, f0..f3:
@@ -116,14 +117,9 @@ struct ProgramDims {
   }
 };
 
-/// The bytes PyTorch's CUDA sum of a contiguous [inputs, outputs] bf16 tensor over its rows (fp32
-/// accumulation) asks the allocator for: a staging buffer and a semaphore when the launch
-/// configuration splits the rows across thread blocks, {0, 0} otherwise. A port of the sizes
-/// aten/src/ATen/native/cuda/Reduce.cuh derives (setReduceConfig for a reduction over a
-/// non-innermost dimension, ReduceConfig::global_memory_size and semaphore_size). In a full
-/// fine-tuning step the grads of the norm weights and of q/k/v biases are such sums; checked
-/// against recorded traces at outputs 342 to 1920 and 1,000 to 2,912 rows (4,718,592 B at 576 x
-/// 1024 on the H200).
+/// The staging buffer and semaphore PyTorch's CUDA sum of a [inputs, outputs] bf16 tensor over its
+/// rows asks for when its launch splits the rows ({0, 0} otherwise): the grads of norm weights and
+/// q/k/v biases. Ported from setReduceConfig in ATen's Reduce.cuh; checked against H200 traces.
 struct ReduceBytes {
   std::uint64_t buffer = 0, semaphore = 0;
 };
@@ -158,11 +154,9 @@ inline ReduceBytes reduce_sizes(std::uint64_t outputs, std::uint64_t inputs, std
   return {checked_mul(checked_mul(checked_mul(checked_mul(4, outputs), ctas), width), vec), checked_mul(4, grid)};
 }
 
-/// How many blocks flash attention's forward splits the keys across (PyTorch's flash_api.cpp,
-/// mha_fwd and num_splits_heuristic): 1 unless batch x heads x ceil(seq / 64) would fill less than
-/// 80% of the GPU's 2 x multiprocessors block slots. With more than one split the forward asks for
-/// fp32 accumulators, freed before it returns (`flash_accumulator_bytes`). Recorded on the H200:
-/// SmolLM2-135M (9 heads, head_dim 64) at 1 x 1024 splits 4 ways: 147,456 B and 9,437,184 B.
+/// How many blocks flash attention's forward splits the keys across: 1 unless batch x heads x
+/// ceil(seq / 64) would fill under 80% of 2 x multiprocessors block slots. Ported from
+/// num_splits_heuristic in ATen's flash_api.cpp; checked against H200 traces.
 inline std::uint64_t flash_splits(std::uint64_t batch, std::uint64_t heads, std::uint64_t seq, std::uint64_t head_dim,
                                   std::uint64_t multiprocessors = 132) {
   const auto div_up = [](std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0); };

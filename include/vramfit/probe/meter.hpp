@@ -1,18 +1,9 @@
 #pragma once
 /// @file probe/meter.hpp
 /// `PeakMeter`: the CUDA caching allocator's own counters for one device, read the way
-/// `torch.cuda.max_memory_allocated()` reads them, and the hook a trainer author wraps around a
-/// step. This header holds every CUDA-specific call of the probe (allocator statistics and
-/// limits, cuBLAS workspaces, device guard and properties, driver and runtime versions); the
-/// other probe headers use ATen and LibTorch only.
-///
-/// Checked against the PyTorch sources of the 2.x line up to the current main branch (the GPU
-/// machine runs 2.11): `getDeviceStats`, `resetPeakStats`,
-/// `setMemoryFraction` take a `c10::DeviceIndex` and live in `c10::cuda::CUDACachingAllocator`;
-/// the statistics type is `c10::CachingDeviceAllocator::DeviceStats`, indexed by
-/// `StatType::AGGREGATE` (declared in `c10::CachingAllocator` and brought into
-/// `c10::CachingDeviceAllocator` by a using-directive in recent releases, declared there directly
-/// in older ones: the qualified name below resolves in both).
+/// `torch.cuda.max_memory_allocated()` reads them. Every CUDA-specific call of the probe lives
+/// here; the other probe headers use ATen and LibTorch only. Which PyTorch releases these c10 names
+/// were checked against: tests/validation/README.md#the-probes-meter
 
 #include <cstddef>
 #include <cstdint>
@@ -33,8 +24,7 @@
 #include "vramfit/error.hpp"
 
 namespace at::cuda {
-// Exported by libtorch_cuda since 1.13 and declared in ATen/cuda/CUDAContextLight.h; repeated
-// here (same signature) because some releases moved the declaration into a separate header.
+// Exported by libtorch_cuda since 1.13; declared again because some releases moved its header.
 void clearCublasWorkspaces();
 }  // namespace at::cuda
 
@@ -67,10 +57,8 @@ inline Bytes non_negative(std::int64_t v) { return Bytes(v < 0 ? 0 : static_cast
 // StatType::AGGREGATE: the sum over the small (<= 1 MiB) and large pools.
 inline constexpr std::size_t aggregate = static_cast<std::size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE);
 
-/// A one-node autograd function whose backward clears the cuBLAS workspaces of the thread it runs
-/// on: the autograd engine's thread for the device. Some releases keep the workspace maps per
-/// thread (keyed by device and stream), so the engine thread's workspace, made by the first
-/// backward matmul, can only be released from that thread.
+/// A one-node autograd function whose backward clears the cuBLAS workspaces of the autograd engine's
+/// thread, which some releases can only release from that thread.
 struct ClearBlasWorkspacesInBackward : torch::autograd::Function<ClearBlasWorkspacesInBackward> {
   static torch::Tensor forward(torch::autograd::AutogradContext* /*ctx*/, const torch::Tensor& x) { return x.clone(); }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* /*ctx*/,
@@ -123,11 +111,8 @@ public:
     c10::cuda::CUDACachingAllocator::emptyCache();
   }
 
-  /// Frees the cuBLAS (and, where the release keeps one apart, cuBLASLt) workspaces that PyTorch
-  /// keeps allocated after the first matmul of a thread (32 MiB each on sm90): this thread's, and
-  /// those of the autograd engine's thread for the device. They are allocated blocks, so
-  /// `empty_cache()` alone does not remove them; the next matmul of each thread allocates them
-  /// again, as in a fresh process.
+  /// Frees the cuBLAS workspaces PyTorch keeps after a thread's first matmul (32 MiB each on sm90),
+  /// this thread's and the autograd engine's, as in a fresh process; `empty_cache()` does not.
   void release_blas_workspaces() {
     synchronize();
     at::cuda::clearCublasWorkspaces();  // this thread's (every thread's where the map is global)

@@ -1,40 +1,9 @@
 #pragma once
 /// @file probe/reference_step.hpp
-/// The reference training step: a Llama/Qwen-style decoder built in LibTorch from a
-/// `vramfit::ModelShape` with random weights, and one step (forward and loss, backward, AdamW step)
-/// driven by a `vramfit::Step`. The `libtorch` profile of the predictor models exactly the tensors
-/// this file creates; every op below says which tensors autograd saves for its backward.
-///
-/// Rules that decide the saved set (PyTorch 2.11, tools/autograd/derivatives.yaml):
-/// - An op records a backward node, and so saves anything, only when one of its inputs requires
-///   grad. In LoRA the embedding is frozen, so layer 0's input does not require grad: every op of
-///   layer 0 before the first adapted projection saves nothing.
-/// - `mm`/`addmm` (what `at::linear` lowers to) save the input only when the weight requires grad,
-///   and the weight only when the input requires grad. A frozen base weight saves nothing of its
-///   input; a saved weight is a parameter and costs nothing.
-/// - A saved tensor that another op also saves, or that a view shares storage with, costs once.
-///
-/// Per-op save lists are in the comments of `ReferenceModel::layer_forward`, `norm`, `project`
-/// and `forward_and_loss`. Summed, per layer and per token (batch x seq position), with flash or
-/// mem-efficient attention, e the model dtype's bytes (2 in bf16), a the adapters', h hidden,
-/// qw = heads x head_dim, kvw = kv_heads x head_dim, i intermediate, r rank, H heads:
-///
-///     attention core (any layer)   2e qw + 2e kvw + 4H    (rotated q, k; v; output; fp32 logsumexp)
-///     full, fused norm, gated      4e h + 4e i + 8 + core  (x, n1, mid, n2; g, silu(g), u, product; 2 rstd)
-///     full, fp32_upcast norm       (8 + 4e) h + 4e i + 8 + core  (fp32 copies and normed copies, no x, no mid)
-///     full, non-gated MLP          2e i instead of 4e i    (u, gelu(u))
-///     LoRA, fused, adapters = e    x, mid (2e h + 8) + n1 if q/k/v adapted + n2 if gate/up adapted
-///                                  + p (e i) if down adapted + 3e i (g, silu(g), u; non-gated: e i, u)
-///                                  + a r per adapter + core (an o_proj adapter's input is the
-///                                  attention output, already in core)
-///     LoRA, adapters fp32 (a = 4)  as above, but each adapted projection keeps its own fp32 copy of
-///                                  its input (4 h, or 4 qw for o_proj, 4 i for down_proj) instead of n1/n2/p
-///     LoRA, fp32_upcast norm       each norm saves 4 h + 4 (fp32 copy, rsqrt) instead of e h + 4 (x or mid)
-///
-/// For example bf16 LoRA on q, k, v, o with fp32 adapters and the fp32_upcast norm (PEFT on Hugging
-/// Face) saves 8h + 12h + 4qw + (4qw + 4kvw) + 6i + 16r + 8 + 4H = 28h + 4kvw + 6i + 16r + 8 + 4H when
-/// qw = h. Layer 0 of LoRA saves less (its input does not require grad). With checkpointing the
-/// forward keeps e h per layer (its input) and the backward rebuilds one layer's set at a time.
+/// The reference training step: a Llama/Qwen-style decoder built in LibTorch from a `ModelShape`
+/// with random weights, and one step (forward and loss, backward, AdamW) driven by a `Step`. The
+/// `libtorch` profile models exactly the tensors this file creates; each op says what autograd
+/// saves. Rules, per-op table and per-layer sums: tests/validation/README.md#the-reference-step
 
 #include <array>
 #include <cmath>
@@ -61,12 +30,10 @@ namespace vramfit::probe {
 
 /// The RMSNorm implementation.
 enum class Norm : std::uint8_t {
-  /// `at::rms_norm`: on CUDA with a weight of the input's dtype it runs `_fused_rms_norm`, which
-  /// saves its input (model dtype), its weight and `rstd` (fp32, one value per token).
+  /// `at::rms_norm` (`_fused_rms_norm` on CUDA): saves its input, weight and fp32 `rstd`.
   fused,
-  /// Hugging Face's LlamaRMSNorm: `xf = x.float(); xf = xf * rsqrt(xf.pow(2).mean(-1) + eps);
-  /// w * xf.to(x.dtype)`. Saves the fp32 copy `xf` (4 B x hidden per token), the fp32 `rsqrt`
-  /// (4 B per token), and, when the weight trains, the normalised copy in the model dtype.
+  /// Hugging Face's LlamaRMSNorm, op by op: saves the fp32 copy, the fp32 `rsqrt`, and the
+  /// normalised copy when the weight trains.
   fp32_upcast,
 };
 
@@ -76,8 +43,7 @@ constexpr std::string_view to_string(Norm n) { return n == Norm::fused ? "fused"
 struct ReferenceOptions {
   Norm norm = Norm::fused;
   /// dtype of the LoRA adapters (A, B, their grads and AdamW states). Empty: the model dtype.
-  /// `at::kFloat` is PEFT's default: each adapted projection then casts its own input to fp32
-  /// (q, k and v each keep a separate fp32 copy of the same normed input).
+  /// `at::kFloat` is PEFT's default: each adapted projection then keeps its own fp32 input copy.
   std::optional<at::ScalarType> adapter_dtype{};
   /// false: `cross_entropy` straight on the model-dtype logits; true: `logits.to(float)` first
   /// (Hugging Face's ForCausalLMLoss).
@@ -203,19 +169,10 @@ struct LayerCall {
 };
 
 /**
- * Gradient checkpointing of one decoder layer (the reentrant kind).
- *
- * forward: saves only the layer input `x` (model dtype, B x S x hidden) and runs the layer with
- * grad disabled, so none of its activations survive the forward.
- * backward: re-enables grad, runs the layer again from a detached copy of `x` (which requires
- * grad only when the input did), calls `torch::autograd::backward` on the recomputed output with
- * the incoming grad, so parameter and adapter grads accumulate into `.grad` as usual, and returns
- * the grad of `x`. Memory: one layer's activations and its backward transients exist at a time,
- * plus the saved inputs of the layers not yet reached.
- *
- * Inputs: `x`, an `anchor` (a 0-dim tensor that requires grad, so that the node is recorded even
- * when `x` does not require grad, as in layer 0 of LoRA; its grad is always undefined), and the
- * layer to run. Parameters are not inputs: their grads reach them through the inner backward.
+ * Gradient checkpointing of one decoder layer (the reentrant kind): the forward saves only the
+ * layer input `x` and runs the layer without grad; the backward runs it again with grad and
+ * back-propagates through it. `anchor`, a 0-dim tensor that requires grad, makes the node exist
+ * when `x` does not require grad (layer 0 of LoRA).
  */
 struct CheckpointedLayer : torch::autograd::Function<CheckpointedLayer> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
@@ -233,22 +190,14 @@ inline std::int64_t to_int64(std::uint64_t v, const char* field) {
 }  // namespace detail
 
 /**
- * A decoder with random weights on one CUDA device, its input ids, and an AdamW optimizer over
- * its trainable parameters, ready to run training steps.
+ * A decoder with random weights (N(0, 0.02), in the model dtype) on one CUDA device, its input
+ * ids, and an AdamW optimizer over its trainable parameters, ready to run training steps. LoRA
+ * freezes the base weights and adds A (N(0, 0.01)) and B (zeros) per targeted projection.
  *
  *     vramfit::probe::ReferenceModel model(vramfit::preset("SmolLM2-135M"), step);
  *     vramfit::probe::PeakMeter meter;
  *     auto first = model.measure_step(meter);    // creates the AdamW states
  *     auto second = model.measure_step(meter);
- *
- * Weights: embedding E (vocab x hidden); per layer two norm weights, Wq (q_width x hidden),
- * Wk/Wv (kv_width x hidden) with biases when `qkv_bias`, Wo (hidden x q_width), and Wgate/Wup
- * (intermediate x hidden) + Wdown (hidden x intermediate) for a gated MLP (SiLU), or Wup + Wdown
- * (GELU) otherwise; the final norm weight; W_lm (vocab x hidden) unless tied (then E). Values are
- * N(0, 0.02) (norm weights 1), drawn directly in the model dtype on the device.
- *
- * Full fine-tuning trains every weight. LoRA freezes them and adds, for every layer and every
- * targeted projection, A (rank x in, N(0, 0.01)) and B (out x rank, zeros) in the adapter dtype.
  */
 class ReferenceModel {
 public:
@@ -589,30 +538,9 @@ inline torch::Tensor ReferenceModel::rotate_half(const torch::Tensor& t) const {
   return at::cat({t.slice(-1, half, head_dim_).neg(), t.slice(-1, 0, half)}, -1);
 }
 
-/// One decoder layer. Per op, what autograd saves (model dtype unless said otherwise; "trains"
-/// means the weight requires grad, i.e. full fine-tuning):
-///
-///     n1 = norm(x, w1)              fused: x, rstd (fp32) | fp32_upcast: fp32 copy of x, rsqrt (fp32), [trains: n1]
-///     q, k, v = project(n1, ...)    trains: n1 (once, shared); adapted: n1 or its fp32 copy per projection, t (rank)
-///     view, transpose               nothing
-///     q, k = q*cos + rot(q)*sin     the cos/sin tables only (shared, no grad)
-///     a = sdpa(q, k, v)             flash / mem-efficient: q, k (rotated), v (the projection output), the
-///                                   output (batch x seq x q_width), logsumexp (fp32, per head and token),
-///                                   RNG state (two tiny tensors). math: fp32 copies of q, k, v (k, v
-///                                   repeated to all heads with GQA) and two fp32 seq x seq matrices per head
-///     a.transpose.reshape           a view of the SDPA output (flash, mem-efficient); a copy for math
-///     x = x + project(a, Wo)        trains/adapted: a (= the SDPA output: no new memory unless the adapter
-///                                   casts it to fp32); adapted: t
-///     n2 = norm(x, w2)              as n1, on the new x
-///     gated:  g = project(n2, Wgate), u = project(n2, Wup)   trains/adapted: n2 (as n1); adapted: t
-///             s = silu(g)           g
-///             p = s * u             s and u
-///     non-gated: u = project(n2, Wup); p = gelu(u)          gelu saves u
-///     m = project(p, Wdown)         trains/adapted: p (or its fp32 copy); adapted: t
-///     x = x + m                     nothing
-///
-/// Nothing is saved by an op none of whose inputs requires grad (layer 0 in LoRA, up to the first
-/// adapted projection). Locals are released right after their last use.
+/// One decoder layer; locals are released right after their last use. What each op saves (norms
+/// and projections: see `norm` and `project`; SDPA: q, k, v, its output and the fp32 logsumexp;
+/// SiLU and the product: g, s and u): tests/validation/README.md#the-reference-step
 inline torch::Tensor ReferenceModel::layer_forward(const torch::Tensor& x, std::size_t index) const {
   const auto& w = layers_[index];
   torch::Tensor n1 = norm(x, w.input_norm);
