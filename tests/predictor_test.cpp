@@ -361,11 +361,14 @@ BoundaryCounts check_boundaries(std::uint64_t seed, int cases, Search search) {
 }
 }  // namespace
 
-TEST_CASE("max_batch is exact at the boundary, over many configurations and budgets") {
-  const BoundaryCounts counts = check_boundaries(42, 300, Search::batch);
-  // The grid reaches both sides.
-  CHECK(counts.zeros > 10);
-  CHECK(counts.positives > 10);
+TEST_CASE("max_batch and max_seq are exact at the boundary, over many configurations and budgets") {
+  const BoundaryCounts batch = check_boundaries(42, 300, Search::batch);
+  const BoundaryCounts seq = check_boundaries(1234, 200, Search::seq);
+  // The grids reach both sides.
+  CHECK(batch.zeros > 10);
+  CHECK(batch.positives > 10);
+  CHECK(seq.zeros > 5);
+  CHECK(seq.positives > 10);
 }
 
 TEST_CASE("max_batch agrees with a linear search") {
@@ -422,12 +425,6 @@ TEST_CASE("max_batch still answers exactly for a term that is not affine in batc
   // 2^63 B x batch^2 overflows at batch 2: batch 1 is the answer.
   const Predictor<QuadraticInBatchTerm> overflowing(QuadraticInBatchTerm{.per_batch_squared = 1ULL << 63}, no_margin);
   CHECK(overflowing.max_batch(m, Step{}, unlimited) == 1);
-}
-
-TEST_CASE("max_seq is exact at the boundary, over many configurations and budgets") {
-  const BoundaryCounts counts = check_boundaries(1234, 200, Search::seq);
-  CHECK(counts.zeros > 5);
-  CHECK(counts.positives > 10);
 }
 
 TEST_CASE("max_seq at the extremes") {

@@ -223,12 +223,7 @@ inline SearchResult max_seq(const ModelShape& model, Step step, Budget budget, S
 /// `fmt::print("{}", estimate)`: the peak, how it was obtained, `required`, then the closed form's
 /// breakdown by term and phase.
 template <>
-struct fmt::formatter<vramfit::Estimate> {
-  constexpr auto parse(format_parse_context& ctx) -> decltype(ctx.begin()) {
-    auto it = ctx.begin();
-    if (it != ctx.end() && *it != '}') throw format_error("vramfit::Estimate takes no format spec");
-    return it;
-  }
+struct fmt::formatter<vramfit::Estimate> : vramfit::detail::NoFormatSpec {
 
   auto format(const vramfit::Estimate& e, format_context& ctx) const -> decltype(ctx.out()) {
     auto out = fmt::format_to(ctx.out(), "peak:      {} allocated, in the {} ({})\n", e.peak, e.phase,

@@ -32,6 +32,17 @@
 
 namespace vramfit {
 
+namespace detail {
+/// fmt's `parse` for a vramfit result printed one way only: any format spec is an error.
+struct NoFormatSpec {
+  constexpr auto parse(fmt::format_parse_context& ctx) -> decltype(ctx.begin()) {
+    auto it = ctx.begin();
+    if (it != ctx.end() && *it != '}') throw fmt::format_error("vramfit's results take no format spec");
+    return it;
+  }
+};
+}  // namespace detail
+
 /// A parameter count in words: "812", "134.5M", "7.62B".
 inline std::string describe_count(std::uint64_t n) {
   return detail::scaled(n, detail::count_units, 1000, "");
@@ -193,12 +204,7 @@ struct fmt::formatter<vramfit::Phase> : fmt::formatter<std::string_view> {
  *     * the phase of the peak
  */
 template <>
-struct fmt::formatter<vramfit::Prediction> {
-  constexpr auto parse(format_parse_context& ctx) -> decltype(ctx.begin()) {
-    auto it = ctx.begin();
-    if (it != ctx.end() && *it != '}') throw format_error("vramfit::Prediction takes no format spec");
-    return it;
-  }
+struct fmt::formatter<vramfit::Prediction> : vramfit::detail::NoFormatSpec {
 
   auto format(const vramfit::Prediction& p, format_context& ctx) const -> decltype(ctx.out()) {
     using namespace vramfit;
