@@ -50,7 +50,7 @@ public:
                   fmt::format("seq {} x batch {}; {}", fmt::join(flags_.seqs, ","), fmt::join(flags_.batches, ","),
                               describe_setup(setup)),
                   setup);
-    fmt::print(out, "stack:  {}\n", to_string(flags_.stack));
+    fmt::print(out, "stack:  {} ({})\n", to_string(flags_.stack), method_text(rows));
     if (budget)
       fmt::print(out, "budget: {}; fits: the peak plus the allocator's margin is within it\n", budget_text(*budget));
     fmt::print(out, "\n{}", sweep_table(table));
@@ -62,6 +62,14 @@ private:
     Step step;
     Estimate estimate;
   };
+
+  /// How the rows' peaks were obtained: the method when all rows share one.
+  static std::string method_text(const std::vector<Row>& rows) {
+    const Method first = rows.front().estimate.method;
+    if (std::all_of(rows.begin(), rows.end(), [&](const Row& r) { return r.estimate.method == first; }))
+      return std::string(to_string(first));
+    return "allocator simulation where a program applies, else closed form";
+  }
 };
 
 }  // namespace
