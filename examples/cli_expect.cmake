@@ -1,4 +1,4 @@
-# Runs a program once and checks its exit code and output; the CLI tests of examples/tests.cmake.
+# Runs a program once and checks its exit code and output; the CLI runs of examples/tests.cmake.
 #
 #   cmake -D COMMAND=program~~arg~~arg -D EXIT_CODE=n
 #         [-D STDOUT_MATCHES=regex~~regex] [-D STDOUT_LINES=n] [-D STDERR_CONTAINS=text]

@@ -1,0 +1,258 @@
+// The vramfit command line: the CLI11 app with every subcommand, the help's layout, and every
+// error as one line naming the flag (exit 2). `vramfit --help` and `vramfit SUBCOMMAND --help` say
+// how to use it.
+
+#include "cli.hpp"
+
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common.hpp"
+
+#ifndef VRAMFIT_VERSION
+#error "VRAMFIT_VERSION must be defined by the build (examples/CMakeLists.txt)"
+#endif
+
+namespace vramfit::cli {
+namespace {
+
+/// `text` broken into lines of at most `width` characters (a longer word gets a line of its own),
+/// each starting with `indent`.
+std::string wrap(std::string_view text, std::string_view indent, std::size_t width = 78) {
+  std::string out, line(indent);
+  std::size_t words = 0;
+  while (!text.empty()) {
+    const auto space = text.find(' ');
+    const std::string_view word = text.substr(0, space);
+    text.remove_prefix(space == std::string_view::npos ? text.size() : space + 1);
+    if (word.empty()) continue;
+    if (words > 0 && line.size() + 1 + word.size() > width) {
+      out += line + "\n";
+      line = std::string(indent);
+      words = 0;
+    }
+    if (words++ > 0) line += ' ';
+    line += word;
+  }
+  return out + line + "\n";
+}
+
+std::vector<const CLI::App*> subcommands(const CLI::App& app) {
+  return app.get_subcommands([](const CLI::App*) { return true; });
+}
+
+/// The subcommands' names: "predict, max-batch, ...".
+std::string command_list(const CLI::App& app) {
+  std::string out;
+  for (const CLI::App* c : subcommands(app)) out += (out.empty() ? "" : ", ") + c->get_name();
+  return out;
+}
+
+/// The help's layout: the program's (usage, subcommands, examples) and each subcommand's (usage,
+/// what it does, every flag with its value and meaning, the exit statuses).
+class Help final : public CLI::FormatterBase {
+public:
+  std::string make_help(const CLI::App* app, std::string, CLI::AppFormatMode) const override {
+    return app->get_parent() == nullptr ? program(*app) : command(*app);
+  }
+
+private:
+  static std::string program(const CLI::App& app) {
+    std::string out = fmt::format(
+        "vramfit {}: predicts the peak GPU memory of one fine-tuning step of a decoder-only\n"
+        "language model, before anything runs, and whether it fits a card.\n\n"
+        "usage: vramfit                      a report on popular models and cards\n"
+        "       vramfit SUBCOMMAND [flags]\n"
+        "       vramfit SUBCOMMAND --help    the flags of a subcommand\n"
+        "       vramfit --version\n\nsubcommands:\n",
+        VRAMFIT_VERSION);
+    for (const CLI::App* c : subcommands(app))
+      out += fmt::format("  {:<10}  {}{}\n", c->get_name(), c->get_description(),
+                         c->get_name() == "probe" && !probe_available
+                             ? "\n              (not in this build: LibTorch was not found)"
+                             : "");
+    out +=
+        "\nexamples:\n"
+        "  vramfit predict --model Qwen2.5-0.5B --seq 4096 --budget 24GiB\n"
+        "  vramfit max-batch --model Llama-3.1-8B --lora-targets all-linear --grad-ckpt --budget 80GB\n"
+        "  vramfit sweep --config path/to/config.json --seq 1024,2048,4096 --batch 1,4\n"
+        "\nSizes: GB is 10^9 bytes, GiB 2^30. The peak is the CUDA caching allocator's peak of allocated\n"
+        "bytes (torch.cuda.max_memory_allocated); a card must also hold the CUDA context.\n"
+        "\nexit status: 0 success; 2 bad input (one line on stderr naming the flag); 3 with --budget:\n"
+        "the step does not fit\n";
+    return out;
+  }
+
+  std::string command(const CLI::App& app) const {
+    const std::string summary = app.get_description();
+    std::string out = fmt::format("usage: vramfit {} {}\n\n{}{}.\n\nflags:\n", app.get_name(),
+                                  get_label("usage " + app.get_name()),
+                                  static_cast<char>(summary.front() - 'a' + 'A'), summary.substr(1));
+    for (const CLI::Option* flag : app.get_options()) {
+      if (flag == app.get_help_ptr()) continue;  // last, below
+      out += "  " + flag->get_name();
+      if (const std::string value = flag->get_type_name(); !value.empty()) out += " " + value;
+      out += "\n" + wrap(flag->get_description(), "        ");
+    }
+    return out + "  --help, -h\n        print this help\n\n" + app.get_footer() + "\n";
+  }
+};
+
+#ifndef VRAMFIT_WITH_PROBE
+/// `vramfit probe` in a build without LibTorch: its --help says so, and running it is bad input
+/// naming `probe`.
+class NoProbe final : public Command {
+public:
+  NoProbe(CLI::App& parent, BadValues&)
+      : Command(add_command(parent, "probe", std::string(probe_usage), std::string(probe_summary), "")) {
+    app_->footer("not in this build: LibTorch (2.8 or later, built with CUDA) was not found when vramfit was\n"
+                 "configured, so `vramfit probe` exits 2 (bad input) here");
+  }
+  void check_build() const override {
+    throw InvalidInput("probe", "this build has no probe (LibTorch was not found at configure time)");
+  }
+  int run(std::FILE*, std::FILE*) const override { return exit_bad_input; }
+};
+#endif
+
+/// The first argument the program takes no subcommand or option for.
+InvalidInput unknown_at_top(const CLI::App& app, std::string_view arg) {
+  if (arg.starts_with("-"))
+    return InvalidInput(arg, "unknown option; expected a subcommand (" + command_list(app) +
+                                 ") or --help or --version");
+  return InvalidInput("subcommand", "unknown subcommand '" + std::string(arg) + "' (allowed: " + command_list(app) +
+                                        "; see vramfit --help)");
+}
+
+/// The first argument a subcommand does not take; a flag another subcommand takes says so.
+InvalidInput not_taken(const CLI::App& app, const CLI::App& command, std::string_view arg) {
+  const std::string see = " (see vramfit " + command.get_name() + " --help)";
+  if (!arg.starts_with("--"))
+    return InvalidInput(arg, (arg.starts_with("-") ? "unknown flag" : "unexpected argument") + see);
+  const std::string flag(arg.substr(0, arg.find('=')));
+  const auto subs = subcommands(app);
+  const bool elsewhere = std::any_of(subs.begin(), subs.end(), [&](const CLI::App* c) {
+    return c->get_option_no_throw(flag) != nullptr;
+  });
+  return InvalidInput(flag, (elsewhere ? "not taken by " : "unknown flag for ") + command.get_name() + see);
+}
+
+/// A CLI11 parse error in vramfit's words, naming the flag. The messages are CLI11 2.x's:
+/// "--batch: At Most 1 required but received 2", "--seq: 1 required N missing",
+/// "json was given a disallowed flag override".
+InvalidInput from_cli11(const CLI::ParseError& e) {
+  const std::string_view what = e.what();
+  constexpr std::string_view override_message = " was given a disallowed flag override";
+  if (what.ends_with(override_message))
+    return InvalidInput("--" + std::string(what.substr(0, what.size() - override_message.size())), "takes no value");
+  const auto colon = what.find(": ");
+  if (!what.starts_with("-") || colon == std::string_view::npos) return InvalidInput("arguments", what);
+  const std::string_view flag = what.substr(0, colon), rest = what.substr(colon + 2);
+  if (constexpr std::string_view received = "but received "; rest.starts_with("At Most")) {
+    const std::string_view times = rest.substr(std::min(rest.size(), rest.find(received) + received.size()));
+    return InvalidInput(flag, "given " + (times == "2" ? std::string("twice") : std::string(times) + " times") +
+                                  "; give it once");
+  }
+  constexpr std::string_view required = "required ", missing = " missing";
+  if (const auto at = rest.find(required); at != std::string_view::npos && rest.ends_with(missing)) {
+    const std::size_t from = at + required.size();
+    return InvalidInput(flag, "missing value (expected " +
+                                  std::string(rest.substr(from, rest.size() - missing.size() - from)) + ")");
+  }
+  return InvalidInput(flag, rest);
+}
+
+/// The flag a library error is about: "batch" is --batch, "lora rank" is --lora-rank; a shape
+/// field names --config or --model. Other fields ("--budget", "config.json: vocab_size") are
+/// already what the user wrote.
+std::string flag_for_field(std::string_view field, bool from_config) {
+  constexpr std::array<std::array<std::string_view, 2>, 6> step_fields = {{{"batch", "--batch"},
+                                                                          {"seq", "--seq"},
+                                                                          {"lora rank", "--lora-rank"},
+                                                                          {"lora targets", "--lora-targets"},
+                                                                          {"world size", "--world-size"},
+                                                                          {"shard group", "--sharding"}}};
+  for (const auto& f : step_fields)
+    if (f[0] == field) return std::string(f[1]);
+  constexpr std::array<std::string_view, 7> shape_fields = {"vocab", "hidden",   "intermediate", "layers",
+                                                            "heads", "kv_heads", "head_dim"};
+  if (std::find(shape_fields.begin(), shape_fields.end(), field) != shape_fields.end())
+    return std::string(from_config ? "--config: " : "--model: ") + std::string(field);
+  return std::string(field);
+}
+
+/// One line, whatever the message holds.
+std::string one_line(std::string_view text) {
+  std::string out(text);
+  std::replace_if(out.begin(), out.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
+  return out;
+}
+
+/// Prints "vramfit: error: FLAG: message"; returns the status of bad input.
+int fail(std::FILE* err, const InvalidInput& e, bool from_config) {
+  std::string_view message = e.what();
+  if (message.starts_with(e.field() + ": ")) message.remove_prefix(e.field().size() + 2);
+  fmt::print(err, "vramfit: error: {}: {}\n", one_line(flag_for_field(e.field(), from_config)), one_line(message));
+  return exit_bad_input;
+}
+
+}  // namespace
+
+#ifndef VRAMFIT_WITH_PROBE
+std::unique_ptr<Command> add_probe(CLI::App& app, BadValues& bad) { return std::make_unique<NoProbe>(app, bad); }
+#endif
+
+int run(std::span<const std::string_view> args, std::FILE* out, std::FILE* err) {
+  CLI::App app("predicts the peak GPU memory of one fine-tuning step", "vramfit");
+  app.formatter(std::make_shared<Help>());  // before the subcommands: they share it
+  app.set_help_flag("-h,--help", "print this help");
+  app.set_version_flag("--version", std::string("vramfit ") + VRAMFIT_VERSION);
+  app.allow_extras();  // named by unknown_at_top
+  app.require_subcommand(0, 1);
+  BadValues bad;
+  std::vector<std::unique_ptr<Command>> commands;
+  for (auto add : {add_predict, add_max_batch, add_max_seq, add_sweep, add_presets, add_probe, add_replay})
+    commands.push_back(add(app, bad));
+
+  const Command* command = nullptr;
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+    app.parse(reversed);
+    for (const auto& c : commands)
+      if (c->app().parsed()) command = c.get();
+    if (command != nullptr) command->check_build();
+    bad.throw_first();
+    if (const auto extra = app.remaining(); !extra.empty()) throw unknown_at_top(app, extra.front());
+    if (command == nullptr) return run_report(out);
+    if (const auto extra = command->app().remaining(); !extra.empty())
+      throw not_taken(app, command->app(), extra.front());
+    command->check();
+    return command->run(out, err);
+  } catch (const CLI::CallForHelp&) {
+    fmt::print(out, "{}", app.help());
+    return exit_success;
+  } catch (const CLI::CallForVersion& e) {
+    fmt::print(out, "{}\n", e.what());
+    return exit_success;
+  } catch (const CLI::ParseError& e) {
+    return fail(err, from_cli11(e), false);
+  } catch (const InvalidInput& e) {
+    const CLI::Option* config = command != nullptr ? command->app().get_option_no_throw("--config") : nullptr;
+    return fail(err, e, config != nullptr && config->count() > 0);
+  } catch (const Overflow& e) {
+    return fail(err,
+                InvalidInput("--batch/--seq", std::string("the step is too large for 64-bit byte counts (") +
+                                                  e.what() + "); use a smaller batch or sequence length"),
+                false);
+  } catch (const std::exception& e) {
+    fmt::print(err, "vramfit: error: {}\n", one_line(e.what()));
+    return 1;
+  }
+}
+
+}  // namespace vramfit::cli

@@ -1,0 +1,226 @@
+// What the subcommands share: flags that read their value with the library's parsers, the model
+// and step flags, and the output helpers (common.hpp says what each does).
+
+#include "common.hpp"
+
+#include <charconv>
+#include <system_error>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "vramfit/config_json.hpp"
+#include "vramfit/json.hpp"
+
+namespace vramfit::cli {
+
+CLI::App* add_command(CLI::App& parent, const std::string& name, const std::string& usage,
+                      const std::string& summary, const std::string& exit_status) {
+  CLI::App* app = parent.add_subcommand(name, summary);
+  app->allow_extras();
+  parent.get_formatter()->label("usage " + name, usage);  // the subcommands share the parent's formatter
+  app->footer("exit status: " + exit_status);
+  return app;
+}
+
+CLI::Option* add_value(CLI::App& app, BadValues& bad, const std::string& flag, const std::string& value,
+                       const std::string& help, std::function<void(std::string_view)> read) {
+  const auto take = [&bad, flag, value, read = std::move(read)](const std::string& text) {
+    // CLI11 takes the next argument as the value even when it is a flag: `--seq --help` is the
+    // help, as --help is anywhere else; `--seq --model X` is a missing value.
+    if (text == "--help" || text == "-h") throw CLI::CallForHelp();
+    try {
+      if (text.empty() || text.starts_with("--")) throw InvalidInput(flag, "missing value (expected " + value + ")");
+      read(text);
+    } catch (const InvalidInput& e) {
+      bad.keep(e);
+    }
+  };
+  return app.add_option_function<std::string>(flag, take, help)->type_name(value);
+}
+
+CLI::Option* add_switch(CLI::App& app, const std::string& flag, bool& on, const std::string& help) {
+  return app.add_flag(flag, on, help)->disable_flag_override()->multi_option_policy(CLI::MultiOptionPolicy::Throw);
+}
+
+CLI::Option* add_stack(CLI::App& app, BadValues& bad, Stack& stack) {
+  return add_value(app, bad, "--stack", "hf-peft|libtorch",
+                   "hf-peft: HF transformers + PEFT + torch AdamW; libtorch: the probe's lean C++ step (default "
+                   "hf-peft)",
+                   [&stack](std::string_view v) { stack = parse_stack(v, "--stack"); });
+}
+
+std::uint64_t parse_positive(std::string_view flag, std::string_view text) {
+  const std::string expected = "expected a whole number of at least 1, got '" + std::string(text) + "'";
+  if (text.empty() || text.front() < '0' || text.front() > '9') throw InvalidInput(flag, expected);
+  std::uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error == std::errc::result_out_of_range) throw InvalidInput(flag, "'" + std::string(text) + "' is too large");
+  if (error != std::errc() || end != text.data() + text.size()) throw InvalidInput(flag, expected);
+  if (value == 0) throw InvalidInput(flag, "must be at least 1, got 0");
+  return value;
+}
+
+namespace {
+
+/// One number, or with `list` a comma-separated list.
+std::vector<std::uint64_t> parse_numbers(std::string_view flag, std::string_view text, bool list) {
+  if (!list && text.find(',') != std::string_view::npos)
+    throw InvalidInput(flag, "takes one number here, got '" + std::string(text) +
+                                 "' (comma-separated lists are for sweep and probe)");
+  std::vector<std::uint64_t> values;
+  std::string_view rest = text;
+  while (true) {
+    const auto comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    if (item.empty())
+      throw InvalidInput(flag, "empty item in the list '" + std::string(text) +
+                                   "' (expected numbers separated by commas, e.g. 1024,2048)");
+    values.push_back(parse_positive(flag, item));
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return values;
+}
+
+/// The canonical name of a built-in model, matched case-insensitively.
+std::string canonical_preset_name(std::string_view name) {
+  (void)preset(name, "--model");  // throws, listing the built-in models
+  for (const auto& p : presets)
+    if (vramfit::detail::iequals(p.name, name)) return std::string(p.name);
+  return std::string(name);
+}
+
+}  // namespace
+
+void ModelFlags::add(CLI::App& app, BadValues& bad, StepFlagSet set) {
+  add_value(app, bad, "--model", "NAME",
+            "a built-in model (see `vramfit presets`), e.g. Qwen2.5-0.5B; or give --config",
+            [this](std::string_view v) { model = canonical_preset_name(v); });
+  add_value(app, bad, "--config", "PATH",
+            "a Hugging Face config.json (model_type llama, qwen2 or mistral); or give --model",
+            [this](std::string_view v) { config = std::filesystem::path(v); });
+  const std::string list = set.lists ? ", one value or a comma-separated list" : "";
+  const std::string numbers = set.lists ? "N[,N...]" : "N";
+  if (set.batch)
+    add_value(app, bad, "--batch", numbers, "sequences per step, 1 to 1048576" + list + " (default 1)",
+              [this, set](std::string_view v) {
+                batches = parse_numbers("--batch", v, set.lists);
+                step.batch = batches.front();
+              });
+  if (set.seq)
+    add_value(app, bad, "--seq", numbers, "tokens per sequence, 1 to 16777216" + list + " (default 2048)",
+              [this, set](std::string_view v) {
+                seqs = parse_numbers("--seq", v, set.lists);
+                step.seq = seqs.front();
+              });
+  add_value(app, bad, "--mode", "lora|full", "LoRA adapters or full fine-tuning (default lora)",
+            [this](std::string_view v) { step.mode = parse_mode(v, "--mode"); });
+  lora_rank_ = add_value(app, bad, "--lora-rank", "R", "LoRA rank, 1 to 65536 (default 8); needs --mode lora",
+                         [this](std::string_view v) { step.lora.rank = parse_positive("--lora-rank", v); });
+  lora_targets_ = add_value(
+      app, bad, "--lora-targets", "LIST",
+      "projections with adapters: comma-separated from q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+      "down_proj, or all-linear (default q_proj,v_proj, PEFT's default); needs --mode lora",
+      [this](std::string_view v) { step.lora.targets = parse_targets(v, "--lora-targets"); });
+  add_switch(app, "--grad-ckpt", step.gradient_checkpointing,
+             "gradient checkpointing (non-reentrant): keep each layer's input only (default off)");
+  add_switch(app, "--logits-retained", step.logits_retained,
+             "the training loop keeps the model output (and its logits) through backward (default off)");
+  add_value(app, bad, "--attention", "flash|mem-efficient|math",
+            "the attention kernel; math builds the (seq x seq) score matrix (default flash)",
+            [this](std::string_view v) { step.attention = parse_attention(v, "--attention"); });
+  add_stack(app, bad, stack);
+  add_value(app, bad, "--phase", "first|steady",
+            "the peak of the first step only (no optimizer state yet) or of every step (default steady)",
+            [this](std::string_view v) { step.peak_over = parse_peak_over(v, "--phase"); });
+  add_value(app, bad, "--precision", "bf16|fp16|fp32", "dtype of the weights and activations (default bf16)",
+            [this](std::string_view v) { step.precision = parse_precision(v, "--precision"); });
+  add_value(app, bad, "--budget", "SIZE",
+            "memory the step may use, e.g. 24GiB, 23.0 GB, 80e9 (units B, kB, MB, GB, TB, KiB, MiB, GiB, TiB); a "
+            "step fits when its peak plus the allocator's margin is within it; required by max-batch and max-seq",
+            [this](std::string_view v) {
+              const Bytes b = parse_size(v, "--budget");
+              if (b.count() == 0)
+                throw InvalidInput("--budget", "must be more than 0 bytes, got '" + std::string(v) + "'");
+              budget = b;
+            });
+  if (!set.ranks) return;
+  add_value(app, bad, "--world-size", "N",
+            "data-parallel ranks, 1 to 65536 (default 1); --batch is then each rank's micro-batch and every figure "
+            "is per rank",
+            [this](std::string_view v) { step.world_size = parse_positive("--world-size", v); });
+  add_value(app, bad, "--sharding", "none|zero1|zero2|full|hybrid:K",
+            "how the ranks share the state (default none: DDP when --world-size is above 1): zero1 partitions "
+            "AdamW's moments, zero2 also the grads (ZeRO stages 1 and 2, with DeepSpeed's buffers but the stack's "
+            "dtypes: DeepSpeed's fp32 master weights are not counted), full also the weights (FSDP2 fully_shard), "
+            "hybrid:K shards within groups of K ranks (K divides --world-size) and replicates across them",
+            [this](std::string_view v) {
+              const ShardingChoice c = parse_sharding(v, "--sharding");
+              step.sharding = c.sharding;
+              step.shard_group = c.shard_group;
+            });
+}
+
+void ModelFlags::check(bool model_required) const {
+  if (model && config) throw InvalidInput("--config", "give either --model or --config, not both");
+  if (!model && !config && model_required)
+    throw InvalidInput("--model", "a model is required: --model NAME (a built-in model, see `vramfit presets`) or "
+                                  "--config PATH (a Hugging Face config.json)");
+  if (step.mode == Mode::full) {
+    if (lora_rank_->count() > 0)
+      throw InvalidInput("--lora-rank", "needs --mode lora (full fine-tuning has no adapters)");
+    if (lora_targets_->count() > 0)
+      throw InvalidInput("--lora-targets", "needs --mode lora (full fine-tuning has no adapters)");
+  }
+}
+
+NamedModel ModelFlags::resolve() const {
+  if (config) return {config->string(), true, load_hf_config(*config)};
+  return {*model, false, preset(*model)};
+}
+
+Step ModelFlags::at(std::uint64_t batch, std::uint64_t seq) const {
+  Step s = step;
+  s.batch = batch;
+  s.seq = seq;
+  return s;
+}
+
+nlohmann::json model_json(const NamedModel& m) {
+  nlohmann::json j = m.shape;
+  j[m.from_config ? "config" : "name"] = m.name;
+  j["parameters"] = m.shape.parameters();
+  return j;
+}
+
+void add_budget_json(nlohmann::json& j, Bytes required, Bytes budget) {
+  j["budget_bytes"] = budget.count();
+  j["fits"] = required <= budget;
+  if (required <= budget)
+    j["headroom_bytes"] = (budget - required).count();
+  else
+    j["shortfall_bytes"] = (required - budget).count();
+}
+
+nlohmann::json estimate_json(const NamedModel& model, const Step& step, const Estimate& e,
+                             std::optional<Bytes> budget) {
+  nlohmann::json j = e;
+  if (budget) add_budget_json(j, e.required, *budget);
+  j["model"] = model_json(model);
+  j["step"] = step;
+  return j;
+}
+
+void print_context(std::FILE* out, const NamedModel& m, std::string_view step_line, const Step& step) {
+  fmt::print(out, "model:  {}: {}\nstep:   {}\n", m.name, describe(m.shape), step_line);
+  if (!step.single_gpu())
+    fmt::print(out,
+               "ranks:  {}: every figure is per rank (rank 0, which holds the largest shard); the batch is each "
+               "rank's micro-batch\n",
+               describe_sharding(step));
+}
+
+std::string budget_text(Bytes budget) { return fmt::format("{} ({:i})", budget, budget); }
+
+}  // namespace vramfit::cli

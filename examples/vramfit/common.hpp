@@ -1,0 +1,183 @@
+#pragma once
+/// @file common.hpp
+/// What the subcommands of the `vramfit` command line share: the exit statuses, the `Command` each
+/// subcommand's file defines, flags that read their value with the library's parsers, the model
+/// and step flags (read straight into a `vramfit::Step`), and the output helpers.
+///
+/// Parsing is CLI11's: every subcommand is a `CLI::App` whose flags write into its `Command`;
+/// examples/vramfit/cli.cpp builds them, parses, turns every error into one line naming the flag,
+/// and runs the command that was asked for.
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "vramfit/estimate.hpp"
+#include "vramfit/vramfit.hpp"
+
+namespace vramfit::cli {
+
+inline constexpr int exit_success = 0;
+inline constexpr int exit_bad_input = 2;       ///< one line on stderr: "vramfit: error: FLAG: message"
+inline constexpr int exit_does_not_fit = 3;    ///< or, for replay, an under-prediction
+
+/// Whether this build has the LibTorch probe.
+#ifdef VRAMFIT_WITH_PROBE
+inline constexpr bool probe_available = true;
+#else
+inline constexpr bool probe_available = false;
+#endif
+
+/// The first bad flag value of a command line. CLI11 runs the flags' callbacks before it looks at
+/// --help, so a bad value is kept here and thrown once parsing is done: --help anywhere on the
+/// line still prints the help.
+class BadValues {
+public:
+  void keep(const InvalidInput& e) {
+    if (!first_) first_ = e;
+  }
+  void throw_first() const {
+    if (first_) throw *first_;
+  }
+
+private:
+  std::optional<InvalidInput> first_;
+};
+
+/// One subcommand: its CLI11 app, whose flags write into the object; once parsed, the checks
+/// between flags, then the run.
+class Command {
+public:
+  explicit Command(CLI::App* app) : app_(app) {}
+  virtual ~Command() = default;
+  Command(const Command&) = delete;
+  Command& operator=(const Command&) = delete;
+
+  [[nodiscard]] const CLI::App& app() const { return *app_; }
+  /// Throws `InvalidInput` when this build cannot run the command (the probe without LibTorch);
+  /// checked before anything else on the line.
+  virtual void check_build() const {}
+  /// Throws `InvalidInput` for flags that contradict each other, or a required one missing.
+  virtual void check() const {}
+  /// Runs the command; returns the exit status.
+  [[nodiscard]] virtual int run(std::FILE* out, std::FILE* err) const = 0;
+
+protected:
+  CLI::App* app_;
+};
+
+/// The subcommands, each defined in its own file; each adds itself to `app`.
+std::unique_ptr<Command> add_predict(CLI::App& app, BadValues& bad);
+std::unique_ptr<Command> add_max_batch(CLI::App& app, BadValues& bad);
+std::unique_ptr<Command> add_max_seq(CLI::App& app, BadValues& bad);
+std::unique_ptr<Command> add_sweep(CLI::App& app, BadValues& bad);
+std::unique_ptr<Command> add_presets(CLI::App& app, BadValues& bad);
+std::unique_ptr<Command> add_replay(CLI::App& app, BadValues& bad);
+/// The probe (probe.cpp with LibTorch; otherwise a command that says it is not in this build).
+std::unique_ptr<Command> add_probe(CLI::App& app, BadValues& bad);
+/// The probe's usage and summary, for its --help in every build.
+inline constexpr std::string_view probe_usage =
+    "(--model NAME | --config PATH) [--seq N,N,...] [--batch N,N,...] [flags]";
+inline constexpr std::string_view probe_summary =
+    "run the steps on a CUDA GPU and compare the real peaks with the predictions";
+/// `vramfit` with no arguments: popular models and setups against common cards.
+int run_report(std::FILE* out);
+
+// ---- flags ----------------------------------------------------------------------------------------
+
+/// Adds the subcommand `name` to `parent` with its one-line summary, the usage that follows
+/// "vramfit NAME" and its exit statuses, for its --help. Arguments it does not take are left to
+/// `run`, which names the first one.
+CLI::App* add_command(CLI::App& parent, const std::string& name, const std::string& usage,
+                      const std::string& summary, const std::string& exit_status);
+
+/// Adds `--flag VALUE` (or `--flag=VALUE`): CLI11 refuses it twice or without a value; `read`
+/// takes the value and throws `InvalidInput` naming the flag for a bad one (kept in `bad`).
+CLI::Option* add_value(CLI::App& app, BadValues& bad, const std::string& flag, const std::string& value,
+                       const std::string& help, std::function<void(std::string_view)> read);
+/// Adds the switch `--flag`, which takes no value and is given at most once.
+CLI::Option* add_switch(CLI::App& app, const std::string& flag, bool& on, const std::string& help);
+/// --stack hf-peft|libtorch.
+CLI::Option* add_stack(CLI::App& app, BadValues& bad, Stack& stack);
+
+/// A whole number of at least 1: no sign, space, fraction or trailing character, at most 64 bits.
+/// The library's own limits are checked when the step is validated.
+std::uint64_t parse_positive(std::string_view flag, std::string_view text);
+
+/// Which of the step flags a command takes.
+struct StepFlagSet {
+  bool batch = true;   ///< --batch (max-batch searches it)
+  bool seq = true;     ///< --seq (max-seq searches it)
+  bool lists = false;  ///< --batch and --seq take comma-separated lists (sweep, probe)
+  bool ranks = true;   ///< --world-size and --sharding (the probe runs on one GPU)
+};
+
+/// The model a command works on: its shape and where it came from.
+struct NamedModel {
+  std::string name;  ///< the preset's name, or the config file's path
+  bool from_config = false;
+  ModelShape shape;
+};
+
+/// The flags of every command on a model (predict, max-batch, max-seq, sweep, probe): the model,
+/// the step, the stack and the budget.
+struct ModelFlags {
+  std::optional<std::string> model;             ///< --model: a built-in model, by its canonical name
+  std::optional<std::filesystem::path> config;  ///< --config: a Hugging Face config.json
+  Step step;                                    ///< every step flag writes straight into it
+  std::vector<std::uint64_t> batches{1};        ///< --batch where it takes a list (else `step.batch`)
+  std::vector<std::uint64_t> seqs{2048};        ///< --seq where it takes a list (else `step.seq`)
+  Stack stack = Stack::hf_peft;
+  std::optional<Bytes> budget;                  ///< --budget: what the allocator may use
+
+  /// Adds the flags to `app`, in the order of its help.
+  void add(CLI::App& app, BadValues& bad, StepFlagSet set);
+  /// A model (unless `model_required` is false), not two; no LoRA flags with --mode full.
+  void check(bool model_required = true) const;
+  /// The model's shape (reads the config file).
+  [[nodiscard]] NamedModel resolve() const;
+  /// The step at this batch and sequence length.
+  [[nodiscard]] Step at(std::uint64_t batch, std::uint64_t seq) const;
+
+private:
+  const CLI::Option* lora_rank_ = nullptr;  ///< to tell whether --lora-rank was given
+  const CLI::Option* lora_targets_ = nullptr;
+};
+
+/// A command on a model (predict, max-batch, max-seq, sweep, probe): the model and step flags,
+/// added first, and --json, which the command adds after its own flags.
+class ModelCommand : public Command {
+public:
+  ModelCommand(CLI::App* app, BadValues& bad, StepFlagSet set) : Command(app) { flags_.add(*app_, bad, set); }
+  void check() const override { flags_.check(); }
+
+protected:
+  ModelFlags flags_;
+  bool json_ = false;
+};
+
+// ---- output ---------------------------------------------------------------------------------------
+
+/// The model's JSON: its shape (vramfit/json.hpp) with "name" (or "config", its path) and "parameters".
+nlohmann::json model_json(const NamedModel& m);
+/// The budget's fields: budget_bytes, fits, and headroom_bytes or shortfall_bytes.
+void add_budget_json(nlohmann::json& j, Bytes required, Bytes budget);
+/// One step's estimate (vramfit/json.hpp) with the model, the step and, given a budget, its fields.
+nlohmann::json estimate_json(const NamedModel& model, const Step& step, const Estimate& e,
+                             std::optional<Bytes> budget);
+
+/// The model and step lines; on several ranks or sharded, a line saying every figure is per rank.
+void print_context(std::FILE* out, const NamedModel& m, std::string_view step_line, const Step& step);
+/// "25.770 GB (24.00 GiB)".
+std::string budget_text(Bytes budget);
+
+}  // namespace vramfit::cli

@@ -1,0 +1,81 @@
+// `vramfit max-batch` and `vramfit max-seq`: the largest batch (or sequence length) whose step fits
+// the budget, from `vramfit::max_batch` / `vramfit::max_seq`, and the estimate there; exit 3 when
+// not even 1 fits.
+
+#include <fmt/format.h>
+
+#include "common.hpp"
+#include "vramfit/json.hpp"
+
+namespace vramfit::cli {
+namespace {
+
+class Max final : public ModelCommand {
+public:
+  /// max-batch when `search_batch`, else max-seq.
+  Max(CLI::App& parent, BadValues& bad, bool search_batch)
+      : ModelCommand(add_command(parent, search_batch ? "max-batch" : "max-seq",
+                                 "(--model NAME | --config PATH) --budget SIZE [flags]",
+                                 search_batch ? "the largest batch whose step fits the budget"
+                                              : "the largest sequence length whose step fits the budget",
+                                 "0 success, 2 bad input, 3 not even 1 fits the budget"),
+                     bad, {.batch = !search_batch, .seq = search_batch}),
+        search_batch_(search_batch) {
+    add_switch(*app_, "--json", json_, "print one JSON object instead of text");
+  }
+
+  void check() const override {
+    ModelCommand::check();
+    if (!flags_.budget)
+      throw InvalidInput("--budget", "required by " + app_->get_name() +
+                                         " (the memory the step may use, e.g. --budget 24GiB)");
+  }
+
+  int run(std::FILE* out, std::FILE*) const override {
+    const NamedModel model = flags_.resolve();
+    const Budget budget(*flags_.budget);
+    Step step = flags_.step;
+    const std::string_view what = search_batch_ ? "batch" : "seq";
+    const SearchResult found = search_batch_ ? max_batch(model.shape, step, budget, flags_.stack)
+                                             : max_seq(model.shape, step, budget, flags_.stack);
+    const std::uint64_t best = found.value;
+    (search_batch_ ? step.batch : step.seq) = best == 0 ? 1 : best;  // the step of `found.at`
+    const Estimate& at = found.at;
+
+    if (json_) {
+      nlohmann::ordered_json j;  // the answer first
+      j[fmt::format("max_{}", what)] = best;
+      j["budget_bytes"] = budget.usable.count();
+      j["capped"] = found.capped;
+      j["prediction"] = nlohmann::json(at);
+      j["stack"] = to_string(at.stack);
+      j["model"] = model_json(model);
+      j["step"] = nlohmann::json(step);
+      fmt::print(out, "{}\n", j.dump(2));
+    } else {
+      print_context(out, model,
+                    fmt::format("{} {}, {} searched; {}", search_batch_ ? "seq" : "batch",
+                                search_batch_ ? step.seq : step.batch, what, describe_setup(step)),
+                    step);
+      fmt::print(out, "stack:  {} ({})\nbudget: {}\n\n", to_string(at.stack), to_string(at.method),
+                 budget_text(budget.usable));
+      if (best == 0)
+        fmt::print(out, "max {}: 0: not even {} 1 fits; it requires {} (peak {} in the {})\n", what, what, at.required,
+                   at.peak, at.phase);
+      else
+        fmt::print(out, "max {}: {}\n  at {} {}: peak {} in the {}, requires {}\n", what, best, what, best, at.peak,
+                   at.phase, at.required);
+    }
+    return best > 0 ? exit_success : exit_does_not_fit;
+  }
+
+private:
+  bool search_batch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> add_max_batch(CLI::App& app, BadValues& bad) { return std::make_unique<Max>(app, bad, true); }
+std::unique_ptr<Command> add_max_seq(CLI::App& app, BadValues& bad) { return std::make_unique<Max>(app, bad, false); }
+
+}  // namespace vramfit::cli

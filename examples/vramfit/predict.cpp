@@ -1,0 +1,58 @@
+// `vramfit predict`: one step's estimate, with the closed form's breakdown by term and phase, and
+// with --budget whether it fits (exit 3 when it does not).
+
+#include <fmt/format.h>
+
+#include "common.hpp"
+
+namespace vramfit::cli {
+namespace {
+
+class Predict final : public ModelCommand {
+public:
+  Predict(CLI::App& parent, BadValues& bad)
+      : ModelCommand(add_command(parent, "predict", "(--model NAME | --config PATH) [flags]",
+                                 "predict the peak memory of one step, with its breakdown by term and phase",
+                                 "0 success, 2 bad input, 3 with --budget: a step does not fit"),
+                     bad, {}) {
+    add_switch(*app_, "--json", json_, "print one JSON object instead of text");
+  }
+
+  int run(std::FILE* out, std::FILE*) const override {
+    const NamedModel model = flags_.resolve();
+    const Step& step = flags_.step;
+    const Estimate e = estimate(model.shape, step, flags_.stack);
+    const std::optional<Bytes>& budget = flags_.budget;
+    const bool fits = !budget || e.fits(Budget(*budget));
+    if (json_) {
+      fmt::print(out, "{}\n", estimate_json(model, step, e, budget).dump(2));
+      return fits ? exit_success : exit_does_not_fit;
+    }
+    const Prediction& p = e.closed_form;
+    print_context(out, model, describe(step), step);
+    fmt::print(out, "\n{}", p);
+    if (e.simulation)
+      fmt::print(out,
+                 "\nallocator simulation of the recorded {} step ({} requests): peak {} in the {}\n"
+                 "(the prediction; the terms above are the closed form's breakdown, {} at its peak)\n",
+                 e.stack == Stack::libtorch ? "LibTorch probe" : "HF + PEFT", e.simulation->requests,
+                 e.simulation->peak, e.simulation->phase, p.peak);
+    else if (!e.no_simulation.empty())
+      fmt::print(out, "\nno allocator simulation: {}; the closed form is the prediction\n", e.no_simulation);
+    if (budget) {
+      if (fits)
+        fmt::print(out, "\nfits the budget of {}: requires {}, headroom {}\n", budget_text(*budget), e.required,
+                   *budget - e.required);
+      else
+        fmt::print(out, "\ndoes not fit the budget of {}: requires {}, {} over\n", budget_text(*budget), e.required,
+                   e.required - *budget);
+    }
+    return fits ? exit_success : exit_does_not_fit;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Command> add_predict(CLI::App& app, BadValues& bad) { return std::make_unique<Predict>(app, bad); }
+
+}  // namespace vramfit::cli

@@ -1,0 +1,80 @@
+// `vramfit` with no arguments: popular models and setups against common cards.
+
+#include <cstdint>
+#include <iterator>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common.hpp"
+#include "vramfit/detail/text_table.hpp"
+
+#ifndef VRAMFIT_VERSION
+#error "VRAMFIT_VERSION must be defined by the build (examples/CMakeLists.txt)"
+#endif
+
+namespace vramfit::cli {
+
+int run_report(std::FILE* out) {
+  using namespace vramfit::literals;
+  struct Setup {
+    std::string_view title;
+    Step step;
+  };
+  const Setup setups[] = {
+      {"LoRA r=8 on q_proj,v_proj (PEFT's default)", Step{}},
+      {"LoRA r=16 on all-linear, gradient checkpointing",
+       Step{.lora = {.rank = 16, .targets = TargetSet::all_linear()}, .gradient_checkpointing = true}},
+      {"full fine-tuning (AdamW)", Step{.mode = Mode::full}},
+  };
+  constexpr std::string_view models[] = {"SmolLM2-135M", "Qwen2.5-0.5B", "Llama-3.2-1B", "Qwen2.5-7B", "Llama-3.1-8B"};
+  struct Card {
+    std::string_view label;
+    Bytes total;
+  };
+  const Card cards[] = {{"24 GB", 24_GB}, {"48 GB", 48_GB}, {"80 GB", 80_GB}, {"141 GB", 141_GB}};
+  const Bytes reserved = 1_GiB;
+  const HfPeftPredictor predictor;
+
+  fmt::print(
+      out,
+      "vramfit {}: the predicted peak GPU memory of one fine-tuning step, before anything runs.\n"
+      "Stack hf-peft (HF transformers + PEFT, torch AdamW); seq 2048, batch 1, {}, {} attention.\n"
+      "peak GB: the CUDA caching allocator's peak of allocated bytes (torch.cuda.max_memory_allocated)\n"
+      "  over a steady-state step, in GB of 10^9 bytes; phase: the part of the step where it falls.\n"
+      "{} ... {}: the largest batch at seq 2048 that fits a card of that size; \"-\": not even batch 1.\n"
+      "  Usable memory: the card's total ({} = {} x 10^9 bytes) less 1 GiB for the CUDA context\n"
+      "  and other processes; a step fits when its peak plus the allocator's margin is within that.\n\n",
+      VRAMFIT_VERSION, to_string(Step{}.precision), to_string(Step{}.attention), cards[0].label,
+      cards[std::size(cards) - 1].label, cards[0].label, cards[0].total.count() / 1000000000);
+
+  using Align = vramfit::detail::TextTable::Align;
+  vramfit::detail::TextTable table(
+      {Align::left, Align::right, Align::left, Align::right, Align::right, Align::right, Align::right});
+  std::vector<std::string> heading = {"", "peak GB", "phase"};
+  for (const Card& c : cards) heading.emplace_back(c.label);
+  table.add_row(std::move(heading));
+  for (const Setup& setup : setups) {
+    table.add_line(std::string(setup.title));
+    for (std::string_view name : models) {
+      const ModelShape shape = preset(name);
+      const Prediction p = predictor.predict(shape, setup.step);
+      std::vector<std::string> cells = {fmt::format("  {}", name), fmt::format("{:.3f}", p.peak.gigabytes()),
+                                        std::string(to_string(p.phase))};
+      for (const Card& c : cards) {
+        const std::uint64_t batch = predictor.max_batch(shape, setup.step, Budget(c.total - reserved));
+        cells.push_back(batch == 0 ? "-" : fmt::format("{}", batch));
+      }
+      table.add_row(std::move(cells));
+    }
+  }
+  fmt::print(out,
+             "{}\nMore: vramfit predict --model Qwen2.5-7B --mode full --budget 80GB; vramfit presets; "
+             "vramfit --help\n",
+             table.render());
+  return exit_success;
+}
+
+}  // namespace vramfit::cli

@@ -1,0 +1,79 @@
+// `vramfit sweep`: every (seq, batch) pair of the lists, as the record's sweep table or JSON lines
+// (one estimate a line); with --budget, exit 3 when a step does not fit.
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common.hpp"
+
+namespace vramfit::cli {
+namespace {
+
+class Sweep final : public ModelCommand {
+public:
+  Sweep(CLI::App& parent, BadValues& bad)
+      : ModelCommand(
+            add_command(parent, "sweep", "(--model NAME | --config PATH) [--seq N,N,...] [--batch N,N,...] [flags]",
+                        "predict every (seq, batch) pair and print the record's sweep table",
+                        "0 success, 2 bad input, 3 with --budget: a step does not fit"),
+            bad, {.lists = true}) {
+    add_switch(*app_, "--json", json_, "print JSON lines instead of text: one object per line, a line per step");
+  }
+
+  int run(std::FILE* out, std::FILE*) const override {
+    const NamedModel model = flags_.resolve();
+    const std::optional<Bytes>& budget = flags_.budget;
+    std::vector<Row> rows;  // every estimate first: a bad value fails before anything is printed
+    for (std::uint64_t seq : flags_.seqs)
+      for (std::uint64_t batch : flags_.batches) {
+        const Step step = flags_.at(batch, seq);
+        rows.push_back({step, estimate(model.shape, step, flags_.stack)});
+      }
+    const bool all_fit = !budget || std::all_of(rows.begin(), rows.end(), [&](const Row& r) {
+                           return r.estimate.fits(Budget(*budget));
+                         });
+    if (json_) {
+      for (const Row& r : rows) fmt::print(out, "{}\n", estimate_json(model, r.step, r.estimate, budget).dump());
+      return all_fit ? exit_success : exit_does_not_fit;
+    }
+    std::vector<SweepRow> table;
+    for (const Row& r : rows) {
+      SweepRow row{.batch = r.step.batch, .seq = r.step.seq, .predicted = r.estimate.peak};
+      if (budget) row.fits = r.estimate.fits(Budget(*budget));
+      table.push_back(row);
+    }
+    const Step setup = flags_.at(1, 1);
+    print_context(out, model,
+                  fmt::format("seq {} x batch {}; {}", fmt::join(flags_.seqs, ","), fmt::join(flags_.batches, ","),
+                              describe_setup(setup)),
+                  setup);
+    fmt::print(out, "stack:  {} ({})\n", to_string(flags_.stack), method_text(rows));
+    if (budget)
+      fmt::print(out, "budget: {}; fits: the peak plus the allocator's margin is within it\n", budget_text(*budget));
+    fmt::print(out, "\n{}", sweep_table(table));
+    return all_fit ? exit_success : exit_does_not_fit;
+  }
+
+private:
+  struct Row {
+    Step step;
+    Estimate estimate;
+  };
+
+  /// How the rows' peaks were obtained: the method when all rows share one.
+  static std::string method_text(const std::vector<Row>& rows) {
+    const Method first = rows.front().estimate.method;
+    if (std::all_of(rows.begin(), rows.end(), [&](const Row& r) { return r.estimate.method == first; }))
+      return std::string(to_string(first));
+    return "allocator simulation where a program applies, else closed form";
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Command> add_sweep(CLI::App& app, BadValues& bad) { return std::make_unique<Sweep>(app, bad); }
+
+}  // namespace vramfit::cli
