@@ -237,8 +237,6 @@ inline ModelShape parse_hf_config(std::string_view json_text, std::string_view s
     const std::string prefix = e.field() + ": ";
     if (message.substr(0, prefix.size()) == prefix) message.remove_prefix(prefix.size());
     r.fail(detail::hf::json_name(e.field()), std::string(message));
-  } catch (const Overflow& e) {
-    throw InvalidInput(source, std::string("the model is too large: ") + e.what());
   }
   return m;
 }
