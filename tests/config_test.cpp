@@ -179,12 +179,13 @@ TEST_CASE("keys of structures not modelled are refused, naming the key") {
                           "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size",
                           "shared_expert_intermediate_size"}) {
     CAPTURE(key);
-    CHECK(failure_of(llama("\"" + std::string(key) + "\": 8")).field == "config.json: " + std::string(key));
-    CHECK(failure_of(llama(R"("model_type": "qwen2", ")" + std::string(key) + "\": 8")).field ==
-          "config.json: " + std::string(key));
+    const std::string member = std::string(1, '"').append(key).append("\": ");  // "key": and a value
+    const std::string field = std::string("config.json: ").append(key);
+    CHECK(failure_of(llama(member + "8")).field == field);
+    CHECK(failure_of(llama(std::string(R"("model_type": "qwen2", )").append(member).append("8"))).field == field);
     // Null or 0: no experts.
-    CHECK(failure_of(llama("\"" + std::string(key) + "\": null")).field == "<parsed>");
-    CHECK(failure_of(llama("\"" + std::string(key) + "\": 0")).field == "<parsed>");
+    CHECK(failure_of(llama(member + "null")).field == "<parsed>");
+    CHECK(failure_of(llama(member + "0")).field == "<parsed>");
   }
   const Failure quantized = failure_of(llama(R"("quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": true})"));
   CHECK(quantized.field == "config.json: quantization_config");
