@@ -2,7 +2,8 @@
 # alias `vramfit::probe`, made only when Torch is found, so the core never requires it.
 #
 # Included by the top-level CMakeLists after `vramfit::vramfit` exists. Sets VRAMFIT_HAS_PROBE
-# (ON or OFF) in the including scope, and in the parent directory's scope when there is one.
+# (ON or OFF) in the including scope, and in the parent directory's scope when there is one, and
+# adds `probe` to vramfit_components (what is installed and exported).
 # Torch comes from CMAKE_PREFIX_PATH, e.g.
 #   -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')"
 
@@ -29,16 +30,33 @@ else()
   else()
     add_library(vramfit_probe INTERFACE)
     add_library(vramfit::probe ALIAS vramfit_probe)
-    target_link_libraries(vramfit_probe INTERFACE vramfit::vramfit ${TORCH_LIBRARIES} nlohmann_json::nlohmann_json)
+    set_target_properties(vramfit_probe PROPERTIES EXPORT_NAME probe)  # installed as vramfit::probe
+    target_link_libraries(vramfit_probe INTERFACE vramfit nlohmann_json::nlohmann_json)
     target_compile_features(vramfit_probe INTERFACE cxx_std_20)
+    # TORCH_LIBRARIES holds absolute paths of this machine (c10, the CUDA libraries): only the
+    # build tree links them from here. The installed vramfit::probe gets the consumer's own
+    # TORCH_LIBRARIES and TORCH_CXX_FLAGS from vramfitConfig.cmake, after its find_dependency(Torch).
+    foreach(_vramfit_lib IN LISTS TORCH_LIBRARIES)
+      target_link_libraries(vramfit_probe INTERFACE $<BUILD_INTERFACE:${_vramfit_lib}>)
+    endforeach()
+    unset(_vramfit_lib)
     # TorchConfig puts TORCH_CXX_FLAGS (-D_GLIBCXX_USE_CXX11_ABI=0|1) on the `torch` target's
     # INTERFACE_COMPILE_OPTIONS; repeat them here so that a consumer that links only this target
     # still builds with the ABI the libraries were built with.
     if(TORCH_CXX_FLAGS)
       separate_arguments(_vramfit_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
-      target_compile_options(vramfit_probe INTERFACE ${_vramfit_torch_flags})
+      foreach(_vramfit_flag IN LISTS _vramfit_torch_flags)
+        target_compile_options(vramfit_probe INTERFACE $<BUILD_INTERFACE:${_vramfit_flag}>)
+      endforeach()
+      unset(_vramfit_flag)
       unset(_vramfit_torch_flags)
     endif()
+    # The installed `vramfit` executable links LibTorch's shared libraries: keep their directory
+    # in its install RPATH, as the build tree's has it.
+    if(NOT DEFINED CMAKE_INSTALL_RPATH_USE_LINK_PATH)
+      set(CMAKE_INSTALL_RPATH_USE_LINK_PATH ON)
+    endif()
+    list(APPEND vramfit_components probe)
     set(VRAMFIT_HAS_PROBE ON)
     message(STATUS "vramfit probe: Torch ${Torch_VERSION} found, target vramfit::probe")
   endif()

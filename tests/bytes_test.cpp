@@ -72,10 +72,10 @@ TEST_CASE("Bytes units") {
 TEST_CASE("parse_size reads the forms people write") {
   CHECK(parse_size("24GiB").count() == 24ULL * 1024 * 1024 * 1024);
   CHECK(parse_size("23.0 GB").count() == 23000000000ULL);
-  CHECK(parse_size("80e9").count() == 80000000000ULL);
+  CHECK(parse_size("80e9B").count() == 80000000000ULL);
   CHECK(parse_size("16384MiB").count() == 16384ULL * 1024 * 1024);
   CHECK(parse_size("1.5 TiB").count() == 3ULL * (1ULL << 40) / 2);
-  CHECK(parse_size("512").count() == 512);
+  CHECK(parse_size("512B").count() == 512);
   CHECK(parse_size(" 7 GB ").count() == 7000000000ULL);
   CHECK(parse_size("512 B").count() == 512);
   CHECK(parse_size("2 kB").count() == 2000);
@@ -85,11 +85,11 @@ TEST_CASE("parse_size reads the forms people write") {
   CHECK(parse_size(".5GB").count() == 500000000ULL);
   CHECK(parse_size("1e-3 GB").count() == 1000000ULL);
   // Fractional bytes round down.
-  CHECK(parse_size("1.9").count() == 1);
-  CHECK(parse_size("0.5").count() == 0);
+  CHECK(parse_size("1.9 B").count() == 1);
+  CHECK(parse_size("0.5B").count() == 0);
   // The largest representable size, and with every significant digit.
-  CHECK(parse_size("18446744073709551615").count() == u64_max);
-  CHECK(parse_size("1.8e19").count() == 18000000000000000000ULL);
+  CHECK(parse_size("18446744073709551615B").count() == u64_max);
+  CHECK(parse_size("1.8e19 B").count() == 18000000000000000000ULL);
 }
 
 TEST_CASE("parse_size units are case-insensitive") {
@@ -103,12 +103,38 @@ TEST_CASE("parse_size units are case-insensitive") {
   }
   CHECK(parse_size("3 mib").count() == 3ULL << 20);
   CHECK(parse_size("1 tb").count() == 1000000000000ULL);
-  CHECK(parse_size("80E9").count() == 80000000000ULL);
+  CHECK(parse_size("80E9b").count() == 80000000000ULL);
+}
+
+TEST_CASE("parse_size reads the short decimal units k, M, G, T") {
+  CHECK(parse_size("24G").count() == 24000000000ULL);
+  CHECK(parse_size("24 g").count() == 24000000000ULL);
+  CHECK(parse_size("512M").count() == 512000000ULL);
+  CHECK(parse_size("2k").count() == 2000);
+  CHECK(parse_size("1T").count() == 1000000000000ULL);
+}
+
+// `--budget 24` meant 24 bytes, so max-batch answered 0: a number without a unit is refused, and
+// the error suggests the two readings a person means.
+TEST_CASE("parse_size refuses a number without a unit and suggests GB and GiB") {
+  for (const char* bare : {"24", "80e9", "512", "0.5", " 7 ", "+4", "18446744073709551615"}) {
+    CAPTURE(bare);
+    CHECK(field_of_bad_size(bare) == "--budget");
+  }
+  try {
+    (void)parse_size("24", "--budget");
+    FAIL("no exception");
+  } catch (const InvalidInput& e) {
+    const std::string what = e.what();
+    CHECK(what == "--budget: '24' has no unit: write 24GB or 24GiB (a size without a unit would be bytes)");
+    CHECK(what.find("24GB") != std::string::npos);
+    CHECK(what.find("24GiB") != std::string::npos);
+  }
 }
 
 TEST_CASE("parse_size refuses bad sizes, naming the field") {
   for (const char* bad : {"", "   ", "-1GB", "GB", "1.2.3", "12 XB", "1e99", "99999999999999999999999 GB", "1e",
-                          "nan", "inf", "1e+", "18446744073709551616", "2e19", "17179869184 GiB", "1 GB GB",
+                          "nan", "inf", "1e+", "18446744073709551616B", "2e19B", "17179869184 GiB", "1 GB GB",
                           "0x10", "1,5GB"}) {
     CAPTURE(bad);
     CHECK(field_of_bad_size(bad) == "--budget");
@@ -128,7 +154,7 @@ TEST_CASE("parse_size errors say what is wrong and echo the input") {
   CHECK(message("12 XB").find("unknown unit 'XB'") != std::string::npos);
   CHECK(message("12 XB").find("'12 XB'") != std::string::npos);
   CHECK(message("1e99").find("exponent") != std::string::npos);
-  CHECK(message("2e19").find("64 bits") != std::string::npos);
+  CHECK(message("2e19B").find("64 bits") != std::string::npos);
   CHECK(message("").find("empty") != std::string::npos);
   CHECK(message("GB").find("no digits") != std::string::npos);
   // The default field name.

@@ -1,6 +1,8 @@
 // config_json.hpp: Hugging Face config.json files into model shapes; every error names its field.
 #include <doctest/doctest.h>
 
+#include "support.hpp"
+
 #if VRAMFIT_HAS_JSON
 
 #include <filesystem>
@@ -104,61 +106,179 @@ TEST_CASE("defaults for absent fields") {
   // num_key_value_heads absent or null: as many as the query heads.
   const std::string no_kv = R"({"model_type": "llama", "vocab_size": 1000, "hidden_size": 64,
       "intermediate_size": 160, "num_hidden_layers": 3, "num_attention_heads": 4})";
-  CHECK(parse_hf_config(no_kv).kv_heads == 4);
-  CHECK(parse_hf_config(llama(R"("num_key_value_heads": null)")).kv_heads == 4);
+  CHECK(parse_hf_config(no_kv).shape.kv_heads == 4);
+  CHECK(parse_hf_config(llama(R"("num_key_value_heads": null)")).shape.kv_heads == 4);
   // head_dim null: hidden / heads.
-  CHECK(parse_hf_config(llama(R"("head_dim": null)")).head_dimension() == 16);
-  CHECK(parse_hf_config(llama(R"("head_dim": 32)")).head_dimension() == 32);
-  CHECK(parse_hf_config(llama(R"("tie_word_embeddings": true)")).tied_embeddings);
+  CHECK(parse_hf_config(llama(R"("head_dim": null)")).shape.head_dimension() == 16);
+  CHECK(parse_hf_config(llama(R"("head_dim": 32)")).shape.head_dimension() == 32);
+  CHECK(parse_hf_config(llama(R"("tie_word_embeddings": true)")).shape.tied_embeddings);
 }
 
 TEST_CASE("q/k/v biases by model type") {
   const auto with_type = [](const char* type, const std::string& extra = "") {
     return llama(std::string(R"("model_type": ")") + type + "\"" + (extra.empty() ? "" : ", " + extra));
   };
-  CHECK(parse_hf_config(with_type("qwen2")).qkv_bias);
-  CHECK_FALSE(parse_hf_config(with_type("llama")).qkv_bias);
-  CHECK(parse_hf_config(with_type("llama", R"("attention_bias": true)")).qkv_bias);
-  CHECK_FALSE(parse_hf_config(with_type("llama", R"("attention_bias": false)")).qkv_bias);
+  CHECK(parse_hf_config(with_type("qwen2")).shape.qkv_bias);
+  CHECK_FALSE(parse_hf_config(with_type("llama")).shape.qkv_bias);
+  CHECK(parse_hf_config(with_type("llama", R"("attention_bias": true)")).shape.qkv_bias);
+  CHECK_FALSE(parse_hf_config(with_type("llama", R"("attention_bias": false)")).shape.qkv_bias);
   // Mistral has no attention_bias option: the field is ignored.
-  CHECK_FALSE(parse_hf_config(with_type("mistral", R"("attention_bias": true)")).qkv_bias);
+  CHECK_FALSE(parse_hf_config(with_type("mistral", R"("attention_bias": true)")).shape.qkv_bias);
   // Qwen2's biases are not optional.
-  CHECK(parse_hf_config(with_type("qwen2", R"("attention_bias": false)")).qkv_bias);
+  CHECK(parse_hf_config(with_type("qwen2", R"("attention_bias": false)")).shape.qkv_bias);
 }
 
 TEST_CASE("the MLP is gated whatever hidden_act names") {
-  CHECK(parse_hf_config(llama(R"("hidden_act": "silu")")).gated_mlp);
-  CHECK(parse_hf_config(llama(R"("hidden_act": "swish")")).gated_mlp);
-  CHECK(parse_hf_config(llama(R"("hidden_act": "gelu")")).gated_mlp);
+  CHECK(parse_hf_config(llama(R"("hidden_act": "silu")")).shape.gated_mlp);
+  CHECK(parse_hf_config(llama(R"("hidden_act": "swish")")).shape.gated_mlp);
+  CHECK(parse_hf_config(llama(R"("hidden_act": "gelu")")).shape.gated_mlp);
   const Failure f = failure_of(llama(R"("hidden_act": 3)"));
   CHECK(f.field == "config.json: hidden_act");
 }
 
-TEST_CASE("model_type: given, or read from architectures; unsupported ones are named") {
+// A config with no model_type was taken as llama (through architectures): the type decides the
+// biases and the window, so it is required, as transformers always writes it.
+TEST_CASE("model_type is required; unsupported ones are named") {
   const std::string body = R"("vocab_size": 1000, "hidden_size": 64, "intermediate_size": 160,
       "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2)";
-  CHECK(parse_hf_config(R"({"architectures": ["Qwen2ForCausalLM"], )" + body + "}").qkv_bias);
-  CHECK_FALSE(parse_hf_config(R"({"architectures": ["MistralForCausalLM"], )" + body + "}").qkv_bias);
-  CHECK(parse_hf_config(R"({"architectures": ["Foo", "LlamaForCausalLM"], )" + body + "}").hidden == 64);
+  for (const char* architectures : {"", R"("architectures": ["LlamaForCausalLM"], )",
+                                    R"("architectures": ["Qwen2ForCausalLM"], )"}) {
+    CAPTURE(architectures);
+    const Failure none = failure_of(std::string("{") + architectures + body + "}");
+    CHECK(none.field == "config.json: model_type");
+    CHECK(contains(none.message, "missing"));
+    CHECK(contains(none.message, "llama, qwen2, mistral"));
+  }
+  CHECK(failure_of(R"({"model_type": null, )" + body + "}").field == "config.json: model_type");
 
   const Failure gpt2 = failure_of(R"({"model_type": "gpt2", )" + body + "}");
   CHECK(gpt2.field == "config.json: model_type");
   CHECK(contains(gpt2.message, "'gpt2'"));
   CHECK(contains(gpt2.message, "llama, qwen2, mistral"));
 
-  const Failure none = failure_of("{" + body + "}");
-  CHECK(none.field == "config.json: model_type");
-  CHECK(contains(none.message, "missing"));
-  CHECK(contains(none.message, "LlamaForCausalLM"));
-
-  const Failure other_class = failure_of(R"({"architectures": ["GPT2LMHeadModel"], )" + body + "}");
-  CHECK(other_class.field == "config.json: model_type");
-
-  CHECK(failure_of(R"({"architectures": "LlamaForCausalLM", )" + body + "}").field == "config.json: architectures");
-  CHECK(failure_of(R"({"architectures": [7], )" + body + "}").field == "config.json: architectures");
+  // architectures is not read: the type alone decides.
+  CHECK(parse_hf_config(R"({"model_type": "qwen2", "architectures": ["LlamaForCausalLM"], )" + body + "}").shape.qkv_bias);
   CHECK(failure_of(R"({"model_type": 7, )" + body + "}").field == "config.json: model_type");
   // Case matters, as in transformers' CONFIG_MAPPING.
   CHECK(failure_of(R"({"model_type": "Llama", )" + body + "}").field == "config.json: model_type");
+}
+
+// A Mixtral config relabelled model_type mistral predicted 7.24B parameters, its experts ignored:
+// every key of a structure vramfit does not model is refused, naming the key.
+TEST_CASE("keys of structures not modelled are refused, naming the key") {
+  const std::string mixtral = R"({"architectures": ["MixtralForCausalLM"], "model_type": "mistral",
+      "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2,
+      "sliding_window": null, "torch_dtype": "bfloat16"})";
+  const Failure f = failure_of(mixtral);
+  CHECK(f.field == "config.json: num_local_experts");
+  CHECK(contains(f.message, "mixture-of-experts"));
+  CHECK(contains(f.message, "not modelled"));
+
+  for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts",
+                          "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size",
+                          "shared_expert_intermediate_size"}) {
+    CAPTURE(key);
+    const std::string member = std::string(1, '"').append(key).append("\": ");  // "key": and a value
+    const std::string field = std::string("config.json: ").append(key);
+    CHECK(failure_of(llama(member + "8")).field == field);
+    CHECK(failure_of(llama(std::string(R"("model_type": "qwen2", )").append(member).append("8"))).field == field);
+    // Null or 0: no experts.
+    CHECK(failure_of(llama(member + "null")).field == "<parsed>");
+    CHECK(failure_of(llama(member + "0")).field == "<parsed>");
+  }
+  const Failure quantized = failure_of(llama(R"("quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": true})"));
+  CHECK(quantized.field == "config.json: quantization_config");
+  CHECK(contains(quantized.message, "quantized"));
+}
+
+// "torch_dtype": "float32" was ignored (bf16 assumed): it is read into HfConfig::dtype, for the
+// caller's default precision; an unknown one is refused.
+TEST_CASE("torch_dtype and dtype are read, or refused when vramfit does not model them") {
+  using vramfit::Precision;
+  CHECK(parse_hf_config(llama(R"("torch_dtype": "float32")")).dtype == Precision::fp32);
+  CHECK(parse_hf_config(llama(R"("torch_dtype": "float16")")).dtype == Precision::fp16);
+  CHECK(parse_hf_config(llama(R"("torch_dtype": "bfloat16")")).dtype == Precision::bf16);
+  CHECK(parse_hf_config(llama(R"("torch_dtype": "half")")).dtype == Precision::fp16);
+  CHECK(parse_hf_config(llama(R"("torch_dtype": "float")")).dtype == Precision::fp32);
+  CHECK_FALSE(parse_hf_config(llama()).dtype.has_value());
+  CHECK_FALSE(parse_hf_config(llama(R"("torch_dtype": null)")).dtype.has_value());
+  // transformers 4.56+ writes `dtype`.
+  CHECK(parse_hf_config(llama(R"("dtype": "float32")")).dtype == Precision::fp32);
+  CHECK(parse_hf_config(llama(R"("dtype": "float16", "torch_dtype": "float16")")).dtype == Precision::fp16);
+  CHECK(failure_of(llama(R"("dtype": "float16", "torch_dtype": "float32")")).field == "config.json: torch_dtype");
+
+  const Failure f64 = failure_of(llama(R"("torch_dtype": "float64")"));
+  CHECK(f64.field == "config.json: torch_dtype");
+  CHECK(contains(f64.message, "'float64'"));
+  CHECK(contains(f64.message, "bfloat16, float16, float32"));
+  CHECK(failure_of(llama(R"("dtype": "int8")")).field == "config.json: dtype");
+  CHECK(failure_of(llama(R"("torch_dtype": 32)")).field == "config.json: torch_dtype");
+
+  // The public configs say bfloat16.
+  for (const char* name : {"SmolLM2-135M", "Qwen2.5-0.5B", "Llama-3.2-1B", "Mistral-7B-v0.1"}) {
+    CAPTURE(name);
+    CHECK(load_hf_config(configs / (std::string(name) + ".json")).dtype == Precision::bf16);
+  }
+}
+
+// Mistral's sliding window, and Qwen2's where a layer uses it: read, and a step whose sequence
+// reaches it (transformers then builds an explicit window mask) refused by validate(step, config).
+TEST_CASE("sliding windows are read as the transformers classes read them") {
+  const auto window = [](const std::string& type, const std::string& extra) {
+    return parse_hf_config(llama(R"("model_type": ")" + type + "\"" + (extra.empty() ? "" : ", " + extra)))
+        .sliding_window;
+  };
+  CHECK(window("mistral", "") == 4096u);  // MistralConfig's default
+  CHECK(window("mistral", R"("sliding_window": 1024)") == 1024u);
+  CHECK_FALSE(window("mistral", R"("sliding_window": null)").has_value());
+  // LlamaModel has no window.
+  CHECK_FALSE(window("llama", R"("sliding_window": 1024)").has_value());
+  // Qwen2: only with use_sliding_window, from max_window_layers on (3 layers here).
+  CHECK_FALSE(window("qwen2", R"("sliding_window": 1024)").has_value());
+  CHECK_FALSE(window("qwen2", R"("sliding_window": 1024, "use_sliding_window": false)").has_value());
+  CHECK_FALSE(window("qwen2", R"("sliding_window": 1024, "use_sliding_window": true)").has_value());  // default 28 >= 3
+  CHECK(window("qwen2", R"("sliding_window": 1024, "use_sliding_window": true, "max_window_layers": 2)") == 1024u);
+  CHECK_FALSE(window("qwen2", R"("sliding_window": 1024, "use_sliding_window": true, "max_window_layers": 3)").has_value());
+  CHECK(window("qwen2", R"("sliding_window": 1024, "use_sliding_window": true, "layer_types":
+      ["full_attention", "full_attention", "sliding_attention"])") == 1024u);
+  CHECK_FALSE(window("qwen2", R"("sliding_window": 1024, "use_sliding_window": true, "max_window_layers": 0,
+      "layer_types": ["full_attention", "full_attention", "full_attention"])").has_value());
+  CHECK(failure_of(llama(R"("model_type": "mistral", "sliding_window": 0)")).field == "config.json: sliding_window");
+
+  // The public configs: Mistral-7B-v0.1 has a 4096 window; Qwen2.5's is off.
+  CHECK(load_hf_config(configs / "Mistral-7B-v0.1.json").sliding_window == 4096u);
+  CHECK_FALSE(load_hf_config(configs / "Qwen2.5-0.5B.json").sliding_window.has_value());
+}
+
+TEST_CASE("validate(step, config) refuses a sequence that reaches the sliding window") {
+  using vramfit::Step;
+  using vramfit::test::field_of;
+  const vramfit::HfConfig mistral = load_hf_config(configs / "Mistral-7B-v0.1.json");
+  CHECK(field_of([&] { validate(Step{.seq = 4095}, mistral); }) == "<no error>");
+  CHECK(field_of([&] { validate(Step{.seq = 4096}, mistral); }) == "seq");
+  CHECK(field_of([&] { validate(Step{.seq = 8192}, mistral); }) == "seq");
+  // And the shape's own checks.
+  CHECK(field_of([&] { validate(Step{.batch = 0}, mistral); }) == "batch");
+  const vramfit::HfConfig qwen = load_hf_config(configs / "Qwen2.5-0.5B.json");
+  CHECK(field_of([&] { validate(Step{.seq = 1ULL << 20}, qwen); }) == "<no error>");
+  try {
+    validate(Step{.seq = 4096}, mistral);
+    FAIL("no exception");
+  } catch (const InvalidInput& e) {
+    CHECK(contains(e.what(), "sliding_window (4096)"));
+  }
+}
+
+// num_hidden_layers up to 100000 was accepted; the config's names carry the shape's bounds.
+TEST_CASE("dimensions beyond real models are refused under their config.json names") {
+  const Failure layers = failure_of(llama(R"("num_hidden_layers": 100000)"));
+  CHECK(layers.field == "config.json: num_hidden_layers");
+  CHECK(contains(layers.message, "between 1 and 256"));
+  CHECK(failure_of(llama(R"("vocab_size": 8388608)")).field == "config.json: vocab_size");
+  CHECK(failure_of(llama(R"("num_attention_heads": 2048, "hidden_size": 32768)")).field ==
+        "config.json: num_attention_heads");
+  CHECK(failure_of(llama(R"("hidden_size": 131072, "head_dim": 64)")).field == "config.json: hidden_size");
 }
 
 TEST_CASE("multimodal configs are refused, not read from their text_config") {

@@ -2,8 +2,12 @@
 // The rows here are format fixtures written for this test, not measurements.
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
+
+#include "support.hpp"
 
 #include "vramfit/detail/replay.hpp"
 
@@ -106,4 +110,30 @@ TEST_CASE("attention \"sdpa\" (HF's attn_implementation) reads as the default ke
 
 TEST_CASE("a missing file is an error, not an empty set") {
   CHECK_THROWS_AS((void)load_measurements("/nonexistent/measurements.jsonl", "hf-peft"), InvalidInput);
+}
+
+// `replay --trace FILE.jsonl.gz` failed with "not JSON ... '<U+001F>'": a gzip file (magic bytes
+// 1f 8b) is named as such, with what to do.
+TEST_CASE("a gzip-compressed measurements or trace file is refused: gunzip it first") {
+  const std::string path = (std::filesystem::temp_directory_path() / "vramfit-compressed.jsonl.gz").string();
+  // The start of `echo '{}' | gzip`: magic, deflate, flags, mtime...
+  std::ofstream(path, std::ios::binary) << std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xab\xae\xe5\x02\x00", 15);
+  const auto message = [](auto load) -> std::string {
+    try {
+      load();
+    } catch (const InvalidInput& e) {
+      return e.what();
+    }
+    return "<no error>";
+  };
+  const std::string trace = message([&] { (void)load_trace(path); });
+  CHECK(trace.rfind("trace: '" + path + "' is gzip-compressed: gunzip it first", 0) == 0);
+  const std::string rows = message([&] { (void)load_measurements(path, "hf-peft"); });
+  CHECK(rows.rfind("measurements: '" + path + "' is gzip-compressed: gunzip it first", 0) == 0);
+  CHECK(test::field_of([&] { (void)load_trace(path); }) == "trace");
+
+  // A one-byte file that starts like gzip is read as text (and is no trace).
+  const std::string short_path = (std::filesystem::temp_directory_path() / "vramfit-one-byte.jsonl").string();
+  std::ofstream(short_path, std::ios::binary) << '\x1f';
+  CHECK(message([&] { (void)load_trace(short_path); }).find("gzip") == std::string::npos);
 }

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "vramfit/error.hpp"
 #include "vramfit/model.hpp"
@@ -142,7 +143,9 @@ TEST_CASE("validate(step) names each bad field") {
   CHECK(invalid_field(Step{.seq = 1ULL << 24}) == "<no error>");
   CHECK(invalid_field(Step{.lora = {.rank = 0}}) == "lora rank");
   CHECK(invalid_field(Step{.lora = {.rank = 65537}}) == "lora rank");
-  CHECK(invalid_field(Step{.lora = {.rank = 65536}}) == "<no error>");
+  // `small` on q_proj, v_proj: v_proj is 64 -> 32 (2 kv heads x 16).
+  CHECK(invalid_field(Step{.lora = {.rank = 32}}) == "<no error>");
+  CHECK(invalid_field(Step{.lora = {.rank = 33}}) == "lora rank");
   CHECK(invalid_field(Step{.lora = {.rank = 8, .targets = TargetSet{}}}) == "lora targets");
   // Full fine-tuning has no adapters: rank and targets are not looked at.
   CHECK(invalid_field(Step{.mode = Mode::full, .lora = {.rank = 0, .targets = TargetSet{}}}) == "<no error>");
@@ -155,6 +158,35 @@ TEST_CASE("validate(step) names each bad field") {
   CHECK(invalid_field(on_gate, plain) == "lora targets");
   CHECK(invalid_field(Step{.lora = {.rank = 8, .targets = {Module::up_proj, Module::down_proj}}}, plain) ==
         "<no error>");
+}
+
+// `--lora-rank 65536` on a hidden size of 896 was accepted and simulated: the rank is bounded by the
+// smallest min(in, out) of the projections it targets, and the error names that projection.
+TEST_CASE("the LoRA rank is at most the smallest min(in, out) of the targeted projections") {
+  // small: q_proj 64 -> 64, k_proj and v_proj 64 -> 32, o_proj 64 -> 64, gate/up 64 -> 160, down 160 -> 64.
+  CHECK(max_lora_rank(small, TargetSet::peft_default()) == std::pair<std::uint64_t, Module>{32, Module::v_proj});
+  CHECK(max_lora_rank(small, TargetSet{Module::q_proj, Module::o_proj}).first == 64);
+  CHECK(max_lora_rank(small, TargetSet{Module::up_proj}) == std::pair<std::uint64_t, Module>{64, Module::up_proj});
+  CHECK(max_lora_rank(small, TargetSet::all_linear()) == std::pair<std::uint64_t, Module>{32, Module::k_proj});
+  CHECK(invalid_field(Step{.lora = {.rank = 64, .targets = {Module::q_proj, Module::o_proj}}}) == "<no error>");
+  CHECK(invalid_field(Step{.lora = {.rank = 65, .targets = {Module::q_proj, Module::o_proj}}}) == "lora rank");
+
+  // Qwen2.5-0.5B's shape: hidden 896, k/v 896 -> 128.
+  const ModelShape qwen{.vocab = 151936, .hidden = 896, .intermediate = 4864, .layers = 24, .heads = 14,
+                        .kv_heads = 2, .head_dim = 64, .tied_embeddings = true, .qkv_bias = true};
+  const Step huge{.lora = {.rank = 65536, .targets = TargetSet::all_linear()}};
+  CHECK(invalid_field(huge, qwen) == "lora rank");
+  try {
+    validate(huge, qwen);
+    FAIL("no exception");
+  } catch (const InvalidInput& e) {
+    CHECK(std::string(e.what()) ==
+          "lora rank: must be between 1 and 128, got 65536 (the smallest min(in, out) of the targeted projections, "
+          "k_proj 896 -> 128; a larger rank is not a low-rank adapter)");
+  }
+  CHECK(invalid_field(Step{.lora = {.rank = 128, .targets = TargetSet::all_linear()}}, qwen) == "<no error>");
+  // Full fine-tuning has no adapters: the rank is not looked at.
+  CHECK(invalid_field(Step{.mode = Mode::full, .lora = {.rank = 65536}}, qwen) == "<no error>");
 }
 
 namespace {

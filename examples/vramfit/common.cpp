@@ -134,8 +134,11 @@ void ModelFlags::add(CLI::App& app, BadValues& bad, StepFlagSet set) {
   add_value(app, bad, "--phase", "first|steady",
             "the peak of the first step only (no optimizer state yet) or of every step (default steady)",
             [this](std::string_view v) { step.peak_over = parse_peak_over(v, "--phase"); });
-  add_value(app, bad, "--precision", "bf16|fp16|fp32", "dtype of the weights and activations (default bf16)",
-            [this](std::string_view v) { step.precision = parse_precision(v, "--precision"); });
+  add_value(app, bad, "--precision", "bf16|fp16|fp32", "dtype of the weights and activations (default: the config's dtype, else bf16)",
+            [this](std::string_view v) {
+              step.precision = parse_precision(v, "--precision");
+              precision_given_ = true;
+            });
   add_value(app, bad, "--budget", "SIZE",
             "memory the step may use, e.g. 24GiB, 23.0 GB, 80e9 (units B, kB, MB, GB, TB, KiB, MiB, GiB, TiB); a "
             "step fits when its peak plus the allocator's margin is within it; required by max-batch and max-seq",
@@ -176,14 +179,18 @@ void ModelFlags::check(bool model_required) const {
 }
 
 NamedModel ModelFlags::resolve() const {
-  if (config) return {config->string(), true, load_hf_config(*config)};
-  return {*model, false, preset(*model)};
+  if (!config) return {*model, false, preset(*model), std::nullopt, step};
+  const HfConfig c = load_hf_config(*config);
+  NamedModel m{config->string(), true, c.shape, c.sliding_window, step};
+  if (!precision_given_ && c.dtype) m.step.precision = *c.dtype;
+  return m;
 }
 
-Step ModelFlags::at(std::uint64_t batch, std::uint64_t seq) const {
+Step NamedModel::at(std::uint64_t batch, std::uint64_t seq) const {
   Step s = step;
   s.batch = batch;
   s.seq = seq;
+  validate(s, HfConfig{.shape = shape, .dtype = std::nullopt, .sliding_window = sliding_window});
   return s;
 }
 

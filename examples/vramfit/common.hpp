@@ -121,11 +121,18 @@ struct StepFlagSet {
   bool ranks = true;   ///< --world-size and --sharding (the probe runs on one GPU)
 };
 
-/// The model a command works on: its shape and where it came from.
+/// The model a command works on: its shape, where it came from, and the step the flags give for it
+/// (its precision the config's dtype where --precision is not given).
 struct NamedModel {
   std::string name;  ///< the preset's name, or the config file's path
   bool from_config = false;
   ModelShape shape;
+  std::optional<std::uint64_t> sliding_window;  ///< the config's, where a layer uses one
+  Step step;                                    ///< the step flags, for this model
+
+  /// The step at this batch and sequence length, checked against the model (`validate(step, config)`:
+  /// a sequence at or past the sliding window is refused, naming --seq).
+  [[nodiscard]] Step at(std::uint64_t batch, std::uint64_t seq) const;
 };
 
 /// The flags of every command on a model (predict, max-batch, max-seq, sweep, probe): the model,
@@ -143,12 +150,11 @@ struct ModelFlags {
   void add(CLI::App& app, BadValues& bad, StepFlagSet set);
   /// A model (unless `model_required` is false), not two; no LoRA flags with --mode full.
   void check(bool model_required = true) const;
-  /// The model's shape (reads the config file).
+  /// The model (reads the config file) and the step the flags give for it.
   [[nodiscard]] NamedModel resolve() const;
-  /// The step at this batch and sequence length.
-  [[nodiscard]] Step at(std::uint64_t batch, std::uint64_t seq) const;
 
 private:
+  bool precision_given_ = false;            ///< --precision given: the config's dtype does not apply
   const CLI::Option* lora_rank_ = nullptr;  ///< to tell whether --lora-rank was given
   const CLI::Option* lora_targets_ = nullptr;
 };

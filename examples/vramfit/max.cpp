@@ -34,10 +34,17 @@ public:
   int run(std::FILE* out, std::FILE*) const override {
     const NamedModel model = flags_.resolve();
     const Budget budget(*flags_.budget);
-    Step step = flags_.step;
+    Step step = search_batch_ ? model.at(model.step.batch, model.step.seq) : model.step;
     const std::string_view what = search_batch_ ? "batch" : "seq";
-    const SearchResult found = search_batch_ ? max_batch(model.shape, step, budget, flags_.stack)
-                                             : max_seq(model.shape, step, budget, flags_.stack);
+    SearchResult found = search_batch_ ? max_batch(model.shape, step, budget, flags_.stack)
+                                       : max_seq(model.shape, step, budget, flags_.stack);
+    // A config's sliding window bounds the sequences vramfit models (`validate(step, config)`).
+    const bool window_capped = !search_batch_ && model.sliding_window && found.value >= *model.sliding_window;
+    if (window_capped) {
+      found.value = *model.sliding_window - 1;
+      found.capped = true;
+      found.at = estimate(model.shape, model.at(step.batch, found.value), flags_.stack);
+    }
     const std::uint64_t best = found.value;
     (search_batch_ ? step.batch : step.seq) = best == 0 ? 1 : best;  // the step of `found.at`
     const Estimate& at = found.at;
@@ -65,6 +72,11 @@ public:
       else
         fmt::print(out, "max {}: {}\n  at {} {}: peak {} in the {}, requires {}\n", what, best, what, best, at.peak,
                    at.phase, at.required);
+      if (window_capped)
+        fmt::print(out, "  (capped below the config's sliding window of {} tokens, which vramfit does not model; "
+                        "longer sequences may fit)\n", *model.sliding_window);
+      else if (found.capped)
+        fmt::print(out, "  (the search's limit: larger values may fit too)\n");
     }
     return best > 0 ? exit_success : exit_does_not_fit;
   }

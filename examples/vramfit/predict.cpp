@@ -20,7 +20,7 @@ public:
 
   int run(std::FILE* out, std::FILE*) const override {
     const NamedModel model = flags_.resolve();
-    const Step& step = flags_.step;
+    const Step step = model.at(model.step.batch, model.step.seq);
     const Estimate e = estimate(model.shape, step, flags_.stack);
     const std::optional<Bytes>& budget = flags_.budget;
     const bool fits = !budget || e.fits(Budget(*budget));

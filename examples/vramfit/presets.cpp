@@ -20,7 +20,7 @@ public:
   int run(std::FILE* out, std::FILE*) const override {
     if (json_) {
       nlohmann::json list = nlohmann::json::array();
-      for (const auto& p : presets) list.push_back(model_json({std::string(p.name), false, p.shape}));
+      for (const auto& p : presets) list.push_back(model_json({std::string(p.name), false, p.shape, std::nullopt, Step{}}));
       fmt::print(out, "{}\n", nlohmann::json{{"presets", list}}.dump(2));
       return exit_success;
     }

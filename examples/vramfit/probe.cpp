@@ -153,7 +153,7 @@ public:
     for (std::uint64_t seq : flags_.seqs)
       for (std::uint64_t batch : flags_.batches)
         for (std::uint64_t k = 0; k < repeats_; ++k) {
-          const Step step = flags_.at(batch, seq);
+          const Step step = model.at(batch, seq);
           // As `vramfit predict` does (`vramfit::estimate`). The libtorch programs are the Probe's own
           // flow; the hf-peft ones are HF's process, not the reference step's, so the hf-peft mirror
           // is checked against the closed form.

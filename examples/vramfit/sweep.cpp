@@ -29,7 +29,7 @@ public:
     std::vector<Row> rows;  // every estimate first: a bad value fails before anything is printed
     for (std::uint64_t seq : flags_.seqs)
       for (std::uint64_t batch : flags_.batches) {
-        const Step step = flags_.at(batch, seq);
+        const Step step = model.at(batch, seq);
         rows.push_back({step, estimate(model.shape, step, flags_.stack)});
       }
     const bool all_fit = !budget || std::all_of(rows.begin(), rows.end(), [&](const Row& r) {
@@ -45,7 +45,7 @@ public:
       if (budget) row.fits = r.estimate.fits(Budget(*budget));
       table.push_back(row);
     }
-    const Step setup = flags_.at(1, 1);
+    const Step setup = model.step;
     print_context(out, model,
                   fmt::format("seq {} x batch {}; {}", fmt::join(flags_.seqs, ","), fmt::join(flags_.batches, ","),
                               describe_setup(setup)),

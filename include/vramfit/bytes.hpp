@@ -1,7 +1,7 @@
 #pragma once
 /// @file bytes.hpp
 /// `Bytes`: a count of bytes with overflow-checked arithmetic, and `parse_size` for sizes as
-/// people write them ("24GiB", "23.0 GB", "80e9", "16384MiB").
+/// people write them ("24GiB", "23.0 GB", "80e9B", "16384MiB").
 
 #include <compare>
 #include <cstdint>
@@ -93,20 +93,21 @@ constexpr std::string_view trim(std::string_view s) {
 }  // namespace detail
 
 /**
- * Parse a size as users write it: a decimal number (optional fraction and exponent) and an
- * optional unit. Decimal units B, kB/KB, MB, GB, TB (powers of 1000); binary KiB, MiB, GiB, TiB
- * (powers of 1024); no unit means bytes. Fractional bytes round down. `field` names the input in
+ * Parse a size as users write it: a decimal number (optional fraction and exponent) and a unit,
+ * case-insensitive: B; decimal kB, MB, GB, TB and their short forms k, M, G, T (powers of 1000);
+ * binary KiB, MiB, GiB, TiB (powers of 1024). A number without a unit is refused: "24" would be
+ * 24 bytes, never what a budget means. Fractional bytes round down. `field` names the input in
  * the error ("--budget").
  *
  *     parse_size("24GiB")   == Bytes(25769803776)
  *     parse_size("23.0 GB") == Bytes(23000000000)
- *     parse_size("80e9")    == Bytes(80000000000)
+ *     parse_size("80e9B")   == Bytes(80000000000)
  */
 constexpr Bytes parse_size(std::string_view text, std::string_view field = "size") {
   __extension__ typedef unsigned __int128 u128;  // __extension__: a GCC/Clang type, allowed under -Wpedantic
   const auto fail = [&](std::string_view why) -> Bytes {
     throw InvalidInput(field, std::string(why) + " (got '" + std::string(text) +
-                                  "'; expected a number with an optional unit, e.g. 24GiB, 23.0 GB, 80e9, 16384MiB)");
+                                  "'; expected a number and a unit, e.g. 24GB, 24GiB, 23.0 GB, 80e9B, 16384MiB)");
   };
   std::string_view s = detail::trim(text);
   if (s.empty()) return fail("empty size");
@@ -148,13 +149,18 @@ constexpr Bytes parse_size(std::string_view text, std::string_view field = "size
   u128 multiplier = 1;
   struct Unit { std::string_view name; std::uint64_t factor; };
   constexpr Unit units[] = {
-      {"", 1}, {"b", 1}, {"kb", 1000ULL}, {"mb", 1000000ULL}, {"gb", 1000000000ULL},
+      {"b", 1}, {"kb", 1000ULL}, {"mb", 1000000ULL}, {"gb", 1000000000ULL},
       {"tb", 1000000000000ULL}, {"kib", 1ULL << 10}, {"mib", 1ULL << 20}, {"gib", 1ULL << 30},
       {"tib", 1ULL << 40}, {"k", 1000ULL}, {"m", 1000000ULL}, {"g", 1000000000ULL}, {"t", 1000000000000ULL}};
+  if (unit.empty()) {
+    const std::string number(s.substr(0, i));
+    throw InvalidInput(field, "'" + number + "' has no unit: write " + number + "GB or " + number +
+                                  "GiB (a size without a unit would be bytes)");
+  }
   bool known = false;
   for (const auto& u : units)
     if (detail::iequals(unit, u.name)) { multiplier = u.factor; known = true; break; }
-  if (!known) return fail("unknown unit '" + std::string(unit) + "' (allowed: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)");
+  if (!known) return fail("unknown unit '" + std::string(unit) + "' (allowed: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB, and k, M, G, T for kB to TB)");
 
   // value = mantissa * multiplier * 10^(exponent - fraction_digits), rounded down.
   u128 value = mantissa * multiplier;

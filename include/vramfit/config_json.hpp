@@ -1,7 +1,8 @@
 #pragma once
 /// @file config_json.hpp
-/// Reads a Hugging Face `config.json` (Llama, Qwen2, Mistral) into a `ModelShape`. Needs
-/// nlohmann-json (target `vramfit::json`); not included by the umbrella header.
+/// Reads a Hugging Face `config.json` (Llama, Qwen2, Mistral) into an `HfConfig`: the `ModelShape`,
+/// the weights' dtype and the attention window. Needs nlohmann-json (target `vramfit::json`); not
+/// included by the umbrella header.
 ///
 /// Defaults for absent fields follow the transformers config classes
 /// (src/transformers/models/{llama,qwen2,mistral}/configuration_*.py in huggingface/transformers):
@@ -17,7 +18,12 @@
 ///   `gated_mlp` is always true; `hidden_act` is only type-checked. Llama's `mlp_bias: true` is
 ///   refused: `ModelShape` has no MLP biases, and dropping them would under-count.
 /// Multimodal configs (a `text_config` under an unsupported `model_type`) are refused too: their
-/// vision tower is not modelled.
+/// vision tower is not modelled. So is every key that changes memory and that vramfit does not
+/// model (`unmodelled_keys`: experts, quantization); a missing `model_type` is an error, not llama.
+/// - `dtype` (transformers 4.56+) or `torch_dtype`: bfloat16, float16 or float32, in `HfConfig::dtype`.
+/// - `sliding_window`: Mistral's (absent: 4096, null: none), Qwen2's when `use_sliding_window` and a
+///   layer uses it, in `HfConfig::sliding_window`; `validate(step, config)` refuses a step it masks.
+/// No key of these three types fuses projections (Phi-3's qkv_proj is another model_type).
 
 #include <array>
 #include <cerrno>
@@ -35,25 +41,20 @@
 
 #include "vramfit/error.hpp"
 #include "vramfit/model.hpp"
+#include "vramfit/step.hpp"
 
 namespace vramfit {
 
 namespace detail::hf {
 
-/// The architectures vramfit reads: `model_type` and the class named in `architectures`.
-struct Architecture {
-  std::string_view model_type;
-  std::string_view causal_lm_class;
-};
-inline constexpr std::array<Architecture, 3> supported_architectures = {
-    Architecture{"llama", "LlamaForCausalLM"}, Architecture{"qwen2", "Qwen2ForCausalLM"},
-    Architecture{"mistral", "MistralForCausalLM"}};
+/// The `model_type`s vramfit reads.
+inline constexpr std::array<std::string_view, 3> supported_model_types = {"llama", "qwen2", "mistral"};
 
 inline std::string supported_list() {
   std::string out;
-  for (const auto& a : supported_architectures) {
+  for (const auto type : supported_model_types) {
     if (!out.empty()) out += ", ";
-    out += a.model_type;
+    out += type;
   }
   return out;
 }
@@ -141,32 +142,92 @@ private:
   std::string source_;
 };
 
-/// The supported model_type of this config, from `model_type` or else `architectures`.
+/// The supported model_type of this config. A config without one is refused, not taken as llama:
+/// transformers writes it into every config.json, and the type decides biases and the window.
 inline std::string_view model_type(const Reader& r, const nlohmann::json& config) {
-  if (const auto type = r.optional_string("model_type")) {
-    for (const auto& a : supported_architectures)
-      if (*type == a.model_type) return a.model_type;
-    std::string message = "unsupported model_type '" + *type + "' (supported: " + supported_list() + ")";
-    if (config.contains("text_config"))
-      message += "; this looks like a multimodal config, whose vision tower vramfit does not model";
-    r.fail("model_type", message);
+  const auto type = r.optional_string("model_type");
+  if (!type)
+    r.fail("model_type", "is missing (transformers writes it into every config.json; supported: " +
+                             supported_list() + ")");
+  for (const auto supported : supported_model_types)
+    if (*type == supported) return supported;
+  std::string message = "unsupported model_type '" + *type + "' (supported: " + supported_list() + ")";
+  if (config.contains("text_config"))
+    message += "; this looks like a multimodal config, whose vision tower vramfit does not model";
+  r.fail("model_type", message);
+}
+
+/// Keys that signal a structure vramfit does not model, and what it is: a config that sets one
+/// (to anything but null, 0 or false) is refused rather than predicted as a dense model. Mixture
+/// of experts under Mixtral, Qwen2-MoE/Qwen3-MoE, OLMoE, DeepSeek and ERNIE names; quantized weights.
+struct UnmodelledKey {
+  std::string_view key;
+  std::string_view what;
+};
+inline constexpr std::array<UnmodelledKey, 9> unmodelled_keys = {{
+    {"num_local_experts", "mixture-of-experts layers"},
+    {"num_experts", "mixture-of-experts layers"},
+    {"n_routed_experts", "mixture-of-experts layers"},
+    {"moe_num_experts", "mixture-of-experts layers"},
+    {"n_shared_experts", "mixture-of-experts layers"},
+    {"num_experts_per_tok", "mixture-of-experts layers"},
+    {"moe_intermediate_size", "mixture-of-experts layers"},
+    {"shared_expert_intermediate_size", "mixture-of-experts layers"},
+    {"quantization_config", "quantized weights"},
+}};
+
+inline void refuse_unmodelled(const Reader& r) {
+  for (const auto& [key, what] : unmodelled_keys) {
+    const auto* v = r.find(key);
+    if (v == nullptr || *v == 0 || *v == false) continue;
+    r.fail(key, "is " + Reader::describe(*v) + ": " + std::string(what) +
+                    " are not modelled; vramfit predicts dense, unquantized Llama, Qwen2 and Mistral models");
   }
-  const auto* architectures = r.find("architectures");
-  if (architectures != nullptr) {
-    if (!architectures->is_array()) r.fail("architectures", "must be an array of class names, got " + Reader::describe(*architectures));
-    for (const auto& name : *architectures) {
-      if (!name.is_string()) r.fail("architectures", "must be an array of class names, got " + Reader::describe(name));
-      for (const auto& a : supported_architectures)
-        if (name.get_ref<const std::string&>() == a.causal_lm_class) return a.model_type;
+}
+
+/// The weights' dtype: `dtype` (transformers 4.56+) or `torch_dtype`, as transformers writes a
+/// torch.dtype's name; nullopt when neither is there.
+inline std::optional<Precision> dtype(const Reader& r) {
+  const auto read = [&](std::string_view key) -> std::optional<Precision> {
+    const auto name = r.optional_string(key);
+    if (!name) return std::nullopt;
+    if (*name == "bfloat16") return Precision::bf16;
+    if (*name == "float16" || *name == "half") return Precision::fp16;
+    if (*name == "float32" || *name == "float") return Precision::fp32;
+    r.fail(key, "'" + *name + "' is not a dtype vramfit models (bfloat16, float16, float32)");
+  };
+  const auto given = read("dtype");
+  const auto legacy = read("torch_dtype");
+  if (given && legacy && *given != *legacy)
+    r.fail("torch_dtype", "disagrees with dtype ('" + std::string(to_string(*legacy)) + "' against '" +
+                              std::string(to_string(*given)) + "')");
+  return given ? given : legacy;
+}
+
+/// The attention window some layer uses, as the transformers classes read it; nullopt when none.
+inline std::optional<std::uint64_t> sliding_window(const Reader& r, const nlohmann::json& config,
+                                                   std::string_view type, std::uint64_t layers) {
+  if (type == "mistral") {
+    // MistralConfig: absent means its default, 4096; null means full attention.
+    if (!config.contains("sliding_window")) return 4096;
+  } else if (type == "qwen2") {
+    // Qwen2Config: only with use_sliding_window, and only in the layers from max_window_layers on
+    // (default 28), or those that layer_types names "sliding_attention".
+    if (!r.optional_bool("use_sliding_window", false)) return std::nullopt;
+    if (const auto* types = r.find("layer_types")) {
+      if (!types->is_array()) r.fail("layer_types", "must be an array of strings, got " + Reader::describe(*types));
+      bool sliding = false;
+      for (const auto& t : *types) sliding = sliding || t == "sliding_attention";
+      if (!sliding) return std::nullopt;
+    } else if (r.optional_integer("max_window_layers").value_or(28) >= layers) {
+      return std::nullopt;
     }
+  } else {
+    return std::nullopt;  // LlamaModel has no window: a sliding_window key is ignored there
   }
-  std::string classes;
-  for (const auto& a : supported_architectures) {
-    if (!classes.empty()) classes += ", ";
-    classes += a.causal_lm_class;
-  }
-  r.fail("model_type", "is missing and architectures names none of " + classes + " (supported: " +
-                           supported_list() + ")");
+  const auto window = r.optional_integer("sliding_window");
+  if (window && *window == 0) r.fail("sliding_window", "must be positive or null, got 0");
+  return window;
 }
 
 /// The config.json field that a `validate(ModelShape)` error names.
@@ -185,15 +246,51 @@ inline std::string_view json_name(std::string_view shape_field) {
 
 }  // namespace detail::hf
 
+/// What a `config.json` says that changes memory: the shape, and the two settings that a `Step`
+/// or a check takes from it.
+struct HfConfig {
+  ModelShape shape;
+  /// The weights' dtype (`dtype`/`torch_dtype`), which `from_pretrained(..., dtype="auto")` loads
+  /// them in; nullopt when the config names none. A caller without a precision of its own takes it
+  /// for `Step::precision` (`step.precision = config.dtype.value_or(Precision::bf16)`).
+  std::optional<Precision> dtype;
+  /// The sliding attention window in tokens, where a layer uses one; nullopt when none does.
+  std::optional<std::uint64_t> sliding_window;
+
+  /// The shape alone, for code that needs no more (a `Step` built from the config should take
+  /// `dtype`, and be checked by `validate(step, config)`).
+  operator const ModelShape&() const { return shape; }  // NOLINT(google-explicit-constructor)
+  friend bool operator==(const HfConfig&, const HfConfig&) = default;
+};
+
 /**
- * Reads the text of a Hugging Face `config.json` for a Llama, Qwen2 or Mistral model and returns
- * its validated shape. `source` names the text in errors ("config.json: hidden_size: ...").
- * Throws `InvalidInput` for malformed JSON, a missing or mistyped field, an unsupported
- * `model_type`, or an inconsistent shape (`validate`).
- *
- *     auto shape = vramfit::parse_hf_config(R"({"model_type": "llama", "vocab_size": 32000, ...})");
+ * Checks `step` against `config.shape` (`validate(step, shape)`) and against the config's sliding
+ * window: a sequence of `sliding_window` tokens or more is refused ("seq"). At that length
+ * transformers stops passing `is_causal` to SDPA and builds an explicit (batch, 1, seq, seq)
+ * window mask, which also rules out the flash kernel; neither is modelled.
  */
-inline ModelShape parse_hf_config(std::string_view json_text, std::string_view source = "config.json") {
+inline void validate(const Step& step, const HfConfig& config) {
+  validate(step, config.shape);
+  if (config.sliding_window && step.seq >= *config.sliding_window)
+    throw InvalidInput("seq", "must be below the config's sliding_window (" + std::to_string(*config.sliding_window) +
+                                  "), got " + std::to_string(step.seq) +
+                                  ": from there transformers masks attention with an explicit window mask, which "
+                                  "vramfit does not model");
+}
+
+/**
+ * Reads the text of a Hugging Face `config.json` for a Llama, Qwen2 or Mistral model: its
+ * validated shape, dtype and sliding window. `source` names the text in errors
+ * ("config.json: hidden_size: ..."). Throws `InvalidInput` for malformed JSON, a missing or
+ * mistyped field, a missing or unsupported `model_type`, a key of a structure not modelled
+ * (`detail::hf::unmodelled_keys`), an unknown dtype, or an inconsistent or out-of-range shape
+ * (`validate`).
+ *
+ *     const vramfit::HfConfig c = vramfit::parse_hf_config(R"({"model_type": "llama", "vocab_size": 32000, ...})");
+ *     const vramfit::Step step{.precision = c.dtype.value_or(vramfit::Precision::bf16)};
+ *     vramfit::validate(step, c);
+ */
+inline HfConfig parse_hf_config(std::string_view json_text, std::string_view source = "config.json") {
   nlohmann::json config;
   try {
     config = nlohmann::json::parse(json_text.begin(), json_text.end());
@@ -206,6 +303,7 @@ inline ModelShape parse_hf_config(std::string_view json_text, std::string_view s
 
   const detail::hf::Reader r(config, source);
   const std::string_view type = detail::hf::model_type(r, config);
+  detail::hf::refuse_unmodelled(r);
 
   ModelShape m;
   m.vocab = r.required_integer("vocab_size");
@@ -237,15 +335,14 @@ inline ModelShape parse_hf_config(std::string_view json_text, std::string_view s
     const std::string prefix = e.field() + ": ";
     if (message.substr(0, prefix.size()) == prefix) message.remove_prefix(prefix.size());
     r.fail(detail::hf::json_name(e.field()), std::string(message));
-  } catch (const Overflow& e) {
-    throw InvalidInput(source, std::string("the model is too large: ") + e.what());
   }
-  return m;
+  return {.shape = m, .dtype = detail::hf::dtype(r),
+          .sliding_window = detail::hf::sliding_window(r, config, type, m.layers)};
 }
 
 /// Reads and parses a `config.json` file; errors name the path. An unreadable file is an
 /// `InvalidInput` on "--config" with the path and the operating system's reason.
-inline ModelShape load_hf_config(const std::filesystem::path& path) {
+inline HfConfig load_hf_config(const std::filesystem::path& path) {
   const auto unreadable = [&](int error) {
     return InvalidInput("--config", "cannot read '" + path.string() + "': " + std::strerror(error));
   };

@@ -156,7 +156,7 @@ inline Estimate estimate(const ModelShape& model, const Step& step, Stack stack 
 /// The answer of a search for the largest batch or sequence length that fits a budget.
 struct SearchResult {
   std::uint64_t value = 0;  ///< the largest value that fits; 0 when not even 1 does
-  bool capped = false;      ///< the search stopped at its limit (batch 2^20, seq 2^24): larger may fit too
+  bool capped = false;      ///< `value` is the search's limit (batch 2^20, seq 2^24): larger may fit too
   Estimate at;              ///< the estimate at `value` (at 1 when `value` is 0)
 };
 
@@ -178,7 +178,6 @@ inline SearchResult refine_search(const ModelShape& model, Step step, Budget bud
     }
   };
   SearchResult out;
-  out.capped = candidate >= limit;
   std::uint64_t fit = 0, miss = candidate + 1;  // invariant: `fit` fits (0: none found), `miss` does not
   if (candidate > 0 && fits(candidate)) {
     fit = candidate;
@@ -198,6 +197,7 @@ inline SearchResult refine_search(const ModelShape& model, Step step, Budget bud
     }
   }
   out.value = fit;
+  out.capped = fit == limit;  // the answer is the limit itself, whatever the closed form proposed
   out.at = at(fit == 0 ? 1 : fit);
   return out;
 }

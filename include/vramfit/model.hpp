@@ -108,39 +108,59 @@ struct ModelShape {
   friend constexpr bool operator==(const ModelShape&, const ModelShape&) = default;
 };
 
+/**
+ * The largest shape `validate` accepts. Each bound is about twice to sixteen times the largest of
+ * any published dense decoder-only LM (126 layers: Llama-3.1-405B; width 20480: MT-NLG 530B; MLP
+ * 73728: PaLM 540B; 128 query heads; head_dim 256: Gemma; vocabulary 262144: Gemma 3), so that
+ * a mistyped config is refused rather than predicted, no product of them leaves 64 bits, and no
+ * shape makes the allocator simulation run for long: its time grows with the layers (about as
+ * layers^1.5), and at 256 layers one `estimate` takes about 1 s.
+ */
+struct ShapeLimits {
+  static constexpr std::uint64_t vocab = 1ULL << 22;         // 4,194,304
+  static constexpr std::uint64_t hidden = 1ULL << 16;        // 65,536
+  static constexpr std::uint64_t intermediate = 1ULL << 18;  // 262,144
+  static constexpr std::uint64_t layers = 256;
+  static constexpr std::uint64_t heads = 1024;
+  static constexpr std::uint64_t head_dim = 1024;
+};
+
 namespace detail {
-inline constexpr std::uint64_t max_dimension = 1ULL << 24;  // 16.7M: wider than any real model
 /// The throw, out of line so that `require_range` inlines to two compares on the hot path.
-[[noreturn]] inline void out_of_range(std::string_view field, std::uint64_t v, std::uint64_t lo, std::uint64_t hi) {
+[[noreturn]] inline void out_of_range(std::string_view field, std::uint64_t v, std::uint64_t lo, std::uint64_t hi,
+                                      std::string_view note) {
   throw InvalidInput(field, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
-                                std::to_string(v));
+                                std::to_string(v) + (note.empty() ? "" : " (" + std::string(note) + ")"));
 }
-constexpr void require_range(std::string_view field, std::uint64_t v, std::uint64_t lo, std::uint64_t hi) {
-  if (v < lo || v > hi) out_of_range(field, v, lo, hi);
+constexpr void require_range(std::string_view field, std::uint64_t v, std::uint64_t lo, std::uint64_t hi,
+                             std::string_view note = {}) {
+  if (v < lo || v > hi) out_of_range(field, v, lo, hi, note);
 }
+inline constexpr std::string_view beyond_real_models = "vramfit's bound, well above every published model";
+/// The largest shape within `ShapeLimits`, to prove that its parameter count fits in 64 bits.
+inline constexpr ModelShape largest_shape{.vocab = ShapeLimits::vocab, .hidden = ShapeLimits::hidden,
+                                          .intermediate = ShapeLimits::intermediate, .layers = ShapeLimits::layers,
+                                          .heads = ShapeLimits::heads, .kv_heads = ShapeLimits::heads,
+                                          .head_dim = ShapeLimits::head_dim, .qkv_bias = true};
+static_assert(largest_shape.parameters() < (1ULL << 50), "ShapeLimits keep parameter counts far inside 64 bits");
 }  // namespace detail
 
-/// Throws `InvalidInput` naming the first field that is out of range or inconsistent.
+/// Throws `InvalidInput` naming the first field that is out of range (`ShapeLimits`) or inconsistent.
 constexpr void validate(const ModelShape& m) {
-  using detail::max_dimension;
+  using detail::beyond_real_models;
   using detail::require_range;
-  require_range("vocab", m.vocab, 1, max_dimension);
-  require_range("hidden", m.hidden, 1, max_dimension);
-  require_range("intermediate", m.intermediate, 1, max_dimension);
-  require_range("layers", m.layers, 1, 100000);
-  require_range("heads", m.heads, 1, 65536);
+  require_range("vocab", m.vocab, 1, ShapeLimits::vocab, beyond_real_models);
+  require_range("hidden", m.hidden, 1, ShapeLimits::hidden, beyond_real_models);
+  require_range("intermediate", m.intermediate, 1, ShapeLimits::intermediate, beyond_real_models);
+  require_range("layers", m.layers, 1, ShapeLimits::layers, beyond_real_models);
+  require_range("heads", m.heads, 1, ShapeLimits::heads, beyond_real_models);
   require_range("kv_heads", m.kv_heads, 1, m.heads);
   if (m.heads % m.kv_heads != 0)
     throw InvalidInput("kv_heads", "must divide heads (" + std::to_string(m.heads) + "), got " + std::to_string(m.kv_heads));
   if (m.head_dim == 0 && m.hidden % m.heads != 0)
     throw InvalidInput("head_dim", "is not given and hidden (" + std::to_string(m.hidden) +
                                        ") is not a multiple of heads (" + std::to_string(m.heads) + "); give head_dim");
-  require_range("head_dim", m.head_dimension(), 1, 65536);
-  try {
-    (void)m.parameters();
-  } catch (const Overflow&) {
-    throw InvalidInput("layers", "the parameter count of this shape does not fit in 64 bits");
-  }
+  require_range("head_dim", m.head_dimension(), 1, ShapeLimits::head_dim, beyond_real_models);
 }
 
 }  // namespace vramfit

@@ -119,15 +119,39 @@ struct Step {
   friend constexpr bool operator==(const Step&, const Step&) = default;
 };
 
-/// Throws `InvalidInput` naming the first bad field of `step` (checked against `model`).
+/// The largest LoRA rank on `targets` of `model`: the smallest min(in, out) of the targeted
+/// projections, and that projection (the first in module order). PEFT itself only asks for r > 0,
+/// but an adapter B A of rank above min(in, out) is no longer low-rank: it has more parameters
+/// than the full-rank update it stands for. `model` must be valid (`validate(model)`).
+constexpr std::pair<std::uint64_t, Module> max_lora_rank(const ModelShape& model, TargetSet targets) {
+  std::pair<std::uint64_t, Module> out{0, Module::q_proj};
+  for (Module m : all_modules)
+    if (targets.has(m) && model.has(m)) {
+      const ModuleDims d = model.dims(m);
+      const std::uint64_t r = d.in < d.out ? d.in : d.out;
+      if (out.first == 0 || r < out.first) out = {r, m};
+    }
+  return out;
+}
+
+/// Throws `InvalidInput` naming the first bad field of `step` (checked against `model`, which must
+/// be valid: `validate(model)`).
 constexpr void validate(const Step& step, const ModelShape& model) {
   detail::require_range("batch", step.batch, 1, 1ULL << 20);
   detail::require_range("seq", step.seq, 1, 1ULL << 24);
   if (step.mode == Mode::lora) {
-    detail::require_range("lora rank", step.lora.rank, 1, 65536);
     if (step.lora.targets.empty()) throw InvalidInput("lora targets", "at least one projection is required");
     if (!model.gated_mlp && step.lora.targets.has(Module::gate_proj))
       throw InvalidInput("lora targets", "gate_proj is not in a model without a gated MLP");
+    const auto [limit, projection] = max_lora_rank(model, step.lora.targets);
+    if (step.lora.rank < 1 || step.lora.rank > limit) {
+      const ModuleDims d = model.dims(projection);
+      throw InvalidInput("lora rank", "must be between 1 and " + std::to_string(limit) + ", got " +
+                                          std::to_string(step.lora.rank) + " (the smallest min(in, out) of the "
+                                          "targeted projections, " + std::string(to_string(projection)) + " " +
+                                          std::to_string(d.in) + " -> " + std::to_string(d.out) +
+                                          "; a larger rank is not a low-rank adapter)");
+    }
   }
   detail::require_range("world size", step.world_size, 1, 65536);
   if (step.sharding == Sharding::hybrid) {

@@ -68,9 +68,9 @@ TEST_CASE("load_hf_config") {
   std::ifstream in(path, std::ios::binary);
   REQUIRE(in);
   const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  REQUIRE(vramfit::parse_hf_config(text).vocab == 151936);
+  REQUIRE(vramfit::parse_hf_config(text).shape.vocab == 151936);
 
-  BENCHMARK("parse_hf_config: Qwen2.5-0.5B text") { return vramfit::parse_hf_config(text).parameters(); };
-  BENCHMARK("load_hf_config: Qwen2.5-0.5B file") { return vramfit::load_hf_config(path).parameters(); };
+  BENCHMARK("parse_hf_config: Qwen2.5-0.5B text") { return vramfit::parse_hf_config(text).shape.parameters(); };
+  BENCHMARK("load_hf_config: Qwen2.5-0.5B file") { return vramfit::load_hf_config(path).shape.parameters(); };
 }
 #endif

@@ -1,20 +1,64 @@
-# Two consumer projects, each configured, built and run by ctest: one through the installed
-# package (find_package), one through add_subdirectory.
+# vramfit as a user gets it, run by ctest (label consumer): `cmake --install` of this build into a
+# prefix, then consumer projects configured, built and run against it (run.cmake), one a component;
+# the installed bin/vramfit and LICENSE; and a consumer through add_subdirectory.
 set(consumer_dir ${CMAKE_CURRENT_BINARY_DIR}/consumer)
-set(consumer_generator_args -G "${CMAKE_GENERATOR}" -DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER})
+set(consumer_prefix ${consumer_dir}/prefix)
 
-add_test(NAME consumer_install
-  COMMAND ${CMAKE_COMMAND} --install ${PROJECT_BINARY_DIR} --prefix ${consumer_dir}/prefix)
+add_test(NAME consumer_install COMMAND ${CMAKE_COMMAND} -D "BUILD_DIR=${PROJECT_BINARY_DIR}" -D "PREFIX=${consumer_prefix}"
+                                       -P ${CMAKE_CURRENT_SOURCE_DIR}/consumer/install.cmake)
 set_tests_properties(consumer_install PROPERTIES FIXTURES_SETUP vramfit_installed LABELS consumer)
 
-add_test(NAME consumer_find_package
-  COMMAND bash -c
-    "rm -rf '${consumer_dir}/find_package' && '${CMAKE_COMMAND}' -S '${CMAKE_CURRENT_SOURCE_DIR}/consumer/find_package' -B '${consumer_dir}/find_package' -DCMAKE_PREFIX_PATH='${consumer_dir}/prefix' -DCMAKE_BUILD_TYPE=Release && '${CMAKE_COMMAND}' --build '${consumer_dir}/find_package' && '${consumer_dir}/find_package/consumer'")
-set_tests_properties(consumer_find_package PROPERTIES FIXTURES_REQUIRED vramfit_installed LABELS consumer
-  PASS_REGULAR_EXPRESSION "consumer: peak [0-9]+ fits 24 GiB: true")
+# vramfit_consumer_test(NAME SOURCE dir [INSTALLED] [CONFIGURE_ONLY] [ARGS configure args...] MATCH regex)
+function(vramfit_consumer_test name)
+  cmake_parse_arguments(PARSE_ARGV 1 test "INSTALLED;CONFIGURE_ONLY" "SOURCE;MATCH" "ARGS")
+  set(args ${test_ARGS})
+  if(test_INSTALLED)
+    list(APPEND args "-DCMAKE_PREFIX_PATH=${consumer_prefix}")
+  endif()
+  string(REPLACE ";" "~~" args "${args}")
+  add_test(NAME consumer_${name}
+    COMMAND ${CMAKE_COMMAND} -D "SOURCE_DIR=${CMAKE_CURRENT_SOURCE_DIR}/consumer/${test_SOURCE}"
+            -D "BINARY_DIR=${consumer_dir}/${name}" -D "GENERATOR=${CMAKE_GENERATOR}"
+            -D "CXX_COMPILER=${CMAKE_CXX_COMPILER}" -D "CONFIGURE_ARGS=${args}"
+            -D "CONFIGURE_ONLY=${test_CONFIGURE_ONLY}" -P ${CMAKE_CURRENT_SOURCE_DIR}/consumer/run.cmake)
+  set_tests_properties(consumer_${name} PROPERTIES LABELS consumer PASS_REGULAR_EXPRESSION "${test_MATCH}")
+  if(test_INSTALLED)
+    set_tests_properties(consumer_${name} PROPERTIES FIXTURES_REQUIRED vramfit_installed)
+  endif()
+endfunction()
 
-add_test(NAME consumer_add_subdirectory
-  COMMAND bash -c
-    "rm -rf '${consumer_dir}/add_subdirectory' && '${CMAKE_COMMAND}' -S '${CMAKE_CURRENT_SOURCE_DIR}/consumer/add_subdirectory' -B '${consumer_dir}/add_subdirectory' -DVRAMFIT_SOURCE_DIR='${PROJECT_SOURCE_DIR}' -DCMAKE_BUILD_TYPE=Release && '${CMAKE_COMMAND}' --build '${consumer_dir}/add_subdirectory' && '${consumer_dir}/add_subdirectory/consumer'")
-set_tests_properties(consumer_add_subdirectory PROPERTIES LABELS consumer
-  PASS_REGULAR_EXPRESSION "consumer: peak [0-9]+ fits 24 GiB: true")
+# The core needs fmt alone: found, built and run with nlohmann-json hidden from find_package.
+vramfit_consumer_test(find_package SOURCE find_package INSTALLED ARGS -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON
+  MATCH "consumer: peak [0-9]+ fits 24 GiB: true")
+vramfit_consumer_test(add_subdirectory SOURCE add_subdirectory ARGS "-DVRAMFIT_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+  MATCH "consumer: peak [0-9]+ fits 24 GiB: true")
+
+if(TARGET vramfit::json)
+  vramfit_consumer_test(find_package_json SOURCE find_package_json INSTALLED
+    MATCH "json consumer: 1100048384 parameters, peak [0-9]+")
+  # Asking for json where nlohmann-json cannot be found: vramfit is not found, and says why.
+  vramfit_consumer_test(json_without_nlohmann SOURCE missing_component INSTALLED CONFIGURE_ONLY
+    ARGS -DVRAMFIT_COMPONENT=json -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON
+    MATCH "vramfit found: (0|FALSE); [^\n]*nlohmann_json")
+endif()
+if(NOT TARGET vramfit::probe)
+  vramfit_consumer_test(probe_not_built SOURCE missing_component INSTALLED CONFIGURE_ONLY ARGS -DVRAMFIT_COMPONENT=probe
+    MATCH "vramfit found: (0|FALSE); this vramfit was built without its 'probe' component")
+endif()
+vramfit_consumer_test(unknown_component SOURCE missing_component INSTALLED CONFIGURE_ONLY ARGS -DVRAMFIT_COMPONENT=jsn
+  MATCH "vramfit found: (0|FALSE); no component 'jsn'")
+
+# The installed executable runs from the prefix, and the licence is installed beside the docs.
+if(TARGET vramfit_cli)
+  add_test(NAME consumer_installed_cli_version COMMAND ${consumer_prefix}/${CMAKE_INSTALL_BINDIR}/vramfit --version)
+  set_tests_properties(consumer_installed_cli_version PROPERTIES FIXTURES_REQUIRED vramfit_installed LABELS consumer
+    PASS_REGULAR_EXPRESSION "^vramfit ${PROJECT_VERSION}\n$")
+  add_test(NAME consumer_installed_cli_predict
+    COMMAND ${consumer_prefix}/${CMAKE_INSTALL_BINDIR}/vramfit predict --model SmolLM2-135M)
+  set_tests_properties(consumer_installed_cli_predict PROPERTIES FIXTURES_REQUIRED vramfit_installed LABELS consumer
+    PASS_REGULAR_EXPRESSION "peak: +[0-9.]+ GB")
+endif()
+add_test(NAME consumer_installed_license
+  COMMAND ${CMAKE_COMMAND} -E cat ${consumer_prefix}/${CMAKE_INSTALL_DOCDIR}/LICENSE)
+set_tests_properties(consumer_installed_license PROPERTIES FIXTURES_REQUIRED vramfit_installed LABELS consumer
+  PASS_REGULAR_EXPRESSION "^MIT License")

@@ -159,10 +159,25 @@ inline Measurements parse_measurements(std::istream& in, const std::string& sour
   return out;
 }
 
+/// Opens a JSON-lines file; `InvalidInput` on `field` when it cannot be opened, or when it is
+/// gzip-compressed (it starts with gzip's magic bytes 1f 8b; vramfit reads no gzip, and parsing
+/// would stop at the first byte with "not JSON").
+inline std::ifstream open_jsonl(const std::filesystem::path& path, std::string_view field) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InvalidInput(field, "cannot open '" + path.string() + "'");
+  char magic[2] = {};
+  in.read(magic, 2);
+  if (in.gcount() == 2 && static_cast<unsigned char>(magic[0]) == 0x1f && static_cast<unsigned char>(magic[1]) == 0x8b)
+    throw InvalidInput(field, "'" + path.string() + "' is gzip-compressed: gunzip it first (gunzip -k '" +
+                                  path.string() + "') and pass the uncompressed file");
+  in.clear();
+  in.seekg(0);
+  return in;
+}
+
 /// Reads a measurements file; see `parse_measurements`.
 inline Measurements load_measurements(const std::filesystem::path& path, const std::string& default_stack) {
-  std::ifstream in(path);
-  if (!in) throw InvalidInput("measurements", "cannot open '" + path.string() + "'");
+  std::ifstream in = open_jsonl(path, "measurements");
   return parse_measurements(in, path.filename().string(), default_stack);
 }
 
@@ -189,8 +204,7 @@ struct TraceReplay {
 
 /// Reads the "trace" row of a trace file; throws `InvalidInput` naming the line and field.
 inline AllocatorTrace load_trace(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw InvalidInput("trace", "cannot open '" + path.string() + "'");
+  std::ifstream in = open_jsonl(path, "trace");
   std::string text;
   std::size_t line = 0;
   while (std::getline(in, text)) {
