@@ -768,9 +768,10 @@ def optimizer_info(optimizer, params):
     return info
 
 
-def run_two_steps(model, arm, vocab, seed, res):
-    """Two training steps; fills res (plain ints/strings only) as it goes, so partial results
-    survive an exception.  All tensors are locals of this frame."""
+def run_steps(model, arm, vocab, seed, res, steps=2):
+    """`steps` training steps (two for the step rows and max-batch searches, three for a trial);
+    fills res (plain ints/strings only) as it goes, so partial results survive an exception.  All
+    tensors are locals of this frame."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-4)
     res["optimizer"] = optimizer_info(optimizer, params)
@@ -784,7 +785,7 @@ def run_two_steps(model, arm, vocab, seed, res):
     retained = arm["logits_retained"]
     out = None
     loss = None
-    for k in (1, 2):
+    for k in range(1, steps + 1):
         ph = {}
         res["phases"]["step%d" % k] = ph
         res["current"] = "step%d.forward" % k
@@ -988,7 +989,7 @@ class Runner:
         retries0, ooms0 = _alloc_stats()
         res = {"phases": {}, "current": None}
         try:
-            run_two_steps(model, arm, vocab, 1000 * rep + plan_index, res)
+            run_steps(model, arm, vocab, 1000 * rep + plan_index, res)
         except Exception as e:
             row["error"] = ("OOM: " if is_oom(e) else "") + err_text(e)
             row["failed_phase"] = res.get("current")
@@ -1117,7 +1118,7 @@ class Runner:
         res["current"] = "build"
         model, _info = build_model(arm, arm["seq"])
         res["current"] = None
-        run_two_steps(model, arm, arm["shape"]["vocab"], 7, res)
+        run_steps(model, arm, arm["shape"]["vocab"], 7, res)
         del model
 
     # ---- summary ---------------------------------------------------------
