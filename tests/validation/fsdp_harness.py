@@ -299,7 +299,7 @@ def phase_end(device, begin):
 
 
 def run_two_steps(model, arm, vocab, seed, device, res):
-    """hf_harness.run_two_steps on any device, recording this rank's local bytes."""
+    """hf_harness.run_steps (two steps) on any device, recording this rank's local bytes."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-4)
     res["optimizer"] = hf.optimizer_info(optimizer, params)

@@ -14,7 +14,10 @@ downloads), bf16, SDPA attention, directly on the GPU.
 
 Row kinds: "stack" (once), "context" (once, cuBLAS warm-up), "step" (one
 per arm and repeat), "max_batch" (one per --max-batch configuration),
-"end" (once, summary counts).  See tests/validation/README.md.
+"end" (once, summary counts).  With --trials (does a step run under a
+memory budget?): "trials" (once), "trial" (one per trial, each run in a
+fresh process under set_per_process_memory_fraction), "end".  See
+tests/validation/README.md.
 
 Only the standard library plus torch / transformers / peft are used;
 torch & co. are imported after argument parsing so that --help works
@@ -768,9 +771,10 @@ def optimizer_info(optimizer, params):
     return info
 
 
-def run_two_steps(model, arm, vocab, seed, res):
-    """Two training steps; fills res (plain ints/strings only) as it goes, so partial results
-    survive an exception.  All tensors are locals of this frame."""
+def run_steps(model, arm, vocab, seed, res, steps=2):
+    """`steps` training steps (two for the step rows and max-batch searches, three for a trial);
+    fills res (plain ints/strings only) as it goes, so partial results survive an exception.  All
+    tensors are locals of this frame."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-4)
     res["optimizer"] = optimizer_info(optimizer, params)
@@ -784,7 +788,7 @@ def run_two_steps(model, arm, vocab, seed, res):
     retained = arm["logits_retained"]
     out = None
     loss = None
-    for k in (1, 2):
+    for k in range(1, steps + 1):
         ph = {}
         res["phases"]["step%d" % k] = ph
         res["current"] = "step%d.forward" % k
@@ -988,7 +992,7 @@ class Runner:
         retries0, ooms0 = _alloc_stats()
         res = {"phases": {}, "current": None}
         try:
-            run_two_steps(model, arm, vocab, 1000 * rep + plan_index, res)
+            run_steps(model, arm, vocab, 1000 * rep + plan_index, res)
         except Exception as e:
             row["error"] = ("OOM: " if is_oom(e) else "") + err_text(e)
             row["failed_phase"] = res.get("current")
@@ -1117,7 +1121,7 @@ class Runner:
         res["current"] = "build"
         model, _info = build_model(arm, arm["seq"])
         res["current"] = None
-        run_two_steps(model, arm, arm["shape"]["vocab"], 7, res)
+        run_steps(model, arm, arm["shape"]["vocab"], 7, res)
         del model
 
     # ---- summary ---------------------------------------------------------
@@ -1140,6 +1144,505 @@ class Runner:
                 gib(r["cap_bytes"]), r["max_batch"], r["trials"], r["error"] or ""))
         log("GiB = 2^30 bytes; %d rows, %d with an error; %.1fs in all" % (
             len(self.rows) + len(self.mb_rows), self.n_errors, time.time() - self.t_start))
+
+
+# --------------------------------------------------------------------------
+# Trials: does a step run under a memory budget? (--trials; issue 13)
+# --------------------------------------------------------------------------
+#
+# A trial is an arm plus budget_bytes and an optional alloc_conf (a PYTORCH_CUDA_ALLOC_CONF
+# string). Each runs in a fresh child process whose environment carries the alloc_conf from its
+# start (no inherited PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF otherwise), which caps its
+# allocator with set_per_process_memory_fraction(budget / total) before anything is allocated,
+# then runs the --isolate child's flow: the cuBLAS warm-up, the build, then TRIAL_STEPS steps
+# of run_steps. Everything up to the child's torch import is plain Python, checked by
+# test_trials.py without torch.
+
+TRIAL_KEYS = {"budget_bytes", "alloc_conf", "case", "reported"}
+TRIAL_STEPS = 3
+OUTCOMES = ("ok", "oom", "error", "skipped")
+ALLOC_CONF_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+DEFAULT_GPU_SHARE_BYTES = 120e9
+
+
+def budget_text(b):
+    """24GiB for a whole number of GiB, else GB of 10^9 with two decimals."""
+    return "%dGiB" % (b >> 30) if b % (1 << 30) == 0 else "%.2fGB" % (b / 1e9)
+
+
+def default_case(arm, budget, alloc_conf):
+    if arm["mode"] == "lora":
+        m = "lora r%d %s" % (arm["lora_rank"], arm["lora_targets"])
+    else:
+        m = "full"
+    return "%s %s%s s%d %s %s" % (arm["model"], m, " gc" if arm["gradient_checkpointing"] else "", arm["seq"],
+                                 budget_text(budget), alloc_conf or "default")
+
+
+def normalize_trial(raw, index):
+    """Validate a trial object (an arm's fields plus budget_bytes, alloc_conf, case, reported).
+    Raises ArmSpecError naming the trial."""
+    if not isinstance(raw, dict):
+        raise ArmSpecError("trial %d: a trial must be a JSON object, got %r" % (index, raw))
+    try:
+        arm = normalize_arm({k: v for k, v in raw.items() if k not in TRIAL_KEYS})
+        if "budget_bytes" not in raw:
+            raise ArmSpecError("a trial needs budget_bytes")
+        budget = _as_int(raw["budget_bytes"], "budget_bytes", 1 << 20)
+        conf = raw.get("alloc_conf")
+        if conf is not None and (not isinstance(conf, str) or not conf or any(c.isspace() for c in conf)):
+            raise ArmSpecError("alloc_conf must be null or a PYTORCH_CUDA_ALLOC_CONF string without spaces "
+                               "(e.g. \"expandable_segments:True\"), got %r" % (conf,))
+        case = raw.get("case")
+        if case is not None and (not isinstance(case, str) or not case.strip()):
+            raise ArmSpecError("case must be a non-empty string, got %r" % (case,))
+        reported = raw.get("reported")
+        if reported not in (None, "ok", "oom"):
+            raise ArmSpecError("reported must be null, \"ok\" or \"oom\", got %r" % (reported,))
+    except ArmSpecError as e:
+        raise ArmSpecError("trial %d: %s" % (index, e))
+    return {"index": index, "arm": arm, "budget_bytes": budget, "alloc_conf": conf,
+            "case": case or default_case(arm, budget, conf), "reported": reported}
+
+
+def load_trials_file(path):
+    with open(path, "r", encoding="utf-8") as f:
+        data = json.load(f)
+    if not isinstance(data, list) or not data:
+        raise ArmSpecError("%s must hold a non-empty JSON list of trial objects" % path)
+    return [normalize_trial(x, i) for i, x in enumerate(data)]
+
+
+def budget_fraction(budget, total):
+    """The fraction set_per_process_memory_fraction takes for a budget (at most 1.0)."""
+    return min(1.0, budget / float(total))
+
+
+def trial_env(environ, alloc_conf):
+    """A child's environment: the parent's without any allocator configuration, plus
+    PYTORCH_CUDA_ALLOC_CONF=alloc_conf when the trial gives one."""
+    env = {k: v for k, v in environ.items() if k not in ALLOC_CONF_ENV}
+    if alloc_conf is not None:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf
+    return env
+
+
+# The allocator's out-of-memory message (c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::
+# malloc), sizes by format_size: "%.2f" and bytes / KiB / MiB / GiB. With a memory fraction set:
+#   CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 139.81 GiB of which
+#   96.31 GiB is free. Process 7 has 1.00 GiB memory in use. Including non-PyTorch memory, this process
+#   has 24.51 GiB memory in use. 24.00 GiB allowed; Of the allocated memory 20.88 GiB is allocated by
+#   PyTorch, and 3.10 GiB is reserved by PyTorch but unallocated. If reserved but unallocated ...
+# "Tried to allocate" is the segment the allocator asked for (the request rounded: 2 MiB for requests
+# up to 1 MiB, 20 MiB up to 10 MiB, else a multiple of 2 MiB). Parsed sizes carry the message's
+# rounding (half a unit of 0.01).
+_SIZE = r"([0-9]+(?:\.[0-9]+)?) (bytes|KiB|MiB|GiB|TiB)"
+_UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+OOM_FIELDS = (
+    ("tried_to_allocate_bytes", r"Tried to allocate " + _SIZE),
+    ("allocated_by_pytorch_bytes", _SIZE + r" is allocated by PyTorch"),
+    ("reserved_unallocated_bytes", _SIZE + r" is reserved by PyTorch but unallocated"),
+    ("allowed_bytes", _SIZE + r" allowed;"),
+    ("device_free_bytes", r"of which " + _SIZE + r" is free"),
+    ("device_total_bytes", r"total capacity of " + _SIZE),
+    ("process_in_use_bytes", r"this process has " + _SIZE + r" memory in use"),
+)
+
+
+def size_bytes(number, unit):
+    return int(round(float(number) * _UNITS[unit]))
+
+
+def first_line(text):
+    for line in str(text).splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def parse_oom_message(text):
+    """The message's first line, and each size of OOM_FIELDS in bytes (None where absent, as in a
+    cuBLAS allocation failure). oom_cause: "budget" when the device had room for the segment (the
+    memory fraction refused it), "device" when it had not (another process held the memory)."""
+    import re
+    out = {"message": first_line(text)}
+    for key, pattern in OOM_FIELDS:
+        m = re.search(pattern, str(text))
+        out[key] = size_bytes(*m.groups()) if m else None
+    tried, free = out["tried_to_allocate_bytes"], out["device_free_bytes"]
+    out["cause"] = None if tried is None or free is None else ("budget" if free >= tried else "device")
+    return out
+
+
+def parse_failed_phase(current):
+    """res["current"] at a failure as (phase, step): "step2.backward" -> ("backward", 2),
+    "build" -> ("build", None); None -> (None, None)."""
+    if not current:
+        return None, None
+    if current.startswith("step") and "." in current:
+        k, phase = current.split(".", 1)
+        try:
+            return phase, int(k[4:])
+        except ValueError:
+            pass
+    return current, None
+
+
+def step_peaks(phases, steps, failed=None, at_error=None):
+    """Per step: the allocated and reserved peaks, the max over its phases (each phase's peaks are
+    read after a reset at its start, so their max is the step's since a reset at its start). The step
+    a failure cut short also takes at_error, (allocated, reserved) peaks read at the failure, and is
+    marked incomplete. Steps never begun are left out."""
+    _, failed_step = parse_failed_phase(failed)
+    out = []
+    for k in range(1, steps + 1):
+        ph = phases.get("step%d" % k)
+        if ph is None:
+            break
+        alloc_peaks = [v["peak"] for v in ph.values()]
+        reserved_peaks = [v["reserved_peak"] for v in ph.values()]
+        if failed_step == k and at_error is not None:
+            alloc_peaks.append(at_error[0])
+            reserved_peaks.append(at_error[1])
+        alloc_peaks = [x for x in alloc_peaks if x is not None]
+        reserved_peaks = [x for x in reserved_peaks if x is not None]
+        out.append({"step": k,
+                    "allocated_peak": max(alloc_peaks) if alloc_peaks else None,
+                    "reserved_peak": max(reserved_peaks) if reserved_peaks else None,
+                    "complete": failed_step != k and len(ph) == 4})
+    return out
+
+
+def schedule_order(budgets):
+    """The order trials are offered to the scheduler: largest budget first (ties in file order), so
+    that the big ones do not trail at the end."""
+    return sorted(range(len(budgets)), key=lambda i: (-budgets[i], i))
+
+
+def pick_next(pending_budgets, running_budgets, jobs, cap):
+    """The position in pending_budgets of the next trial to start, or None: the first that keeps the
+    running budgets' sum within cap, with fewer than jobs running. A trial over the cap on its own
+    runs alone, when nothing else runs."""
+    if not pending_budgets or len(running_budgets) >= jobs:
+        return None
+    used = sum(running_budgets)
+    for pos, b in enumerate(pending_budgets):
+        if used + b <= cap:
+            return pos
+    if not running_budgets:
+        return 0
+    return None
+
+
+def simulate_schedule(budgets, durations, jobs, cap):
+    """The scheduler of run_trials on known durations: (makespan, start time of each trial)."""
+    pending = schedule_order(budgets)
+    running = []  # (end time, index)
+    t = 0.0
+    starts = [None] * len(budgets)
+    while pending or running:
+        while True:
+            pos = pick_next([budgets[i] for i in pending], [budgets[i] for _, i in running], jobs, cap)
+            if pos is None:
+                break
+            i = pending.pop(pos)
+            starts[i] = t
+            running.append((t + durations[i], i))
+        running.sort()
+        t, _ = running.pop(0)
+    return t, starts
+
+
+# A rough duration model for --list: a process's start, imports, CUDA context and build, plus three
+# steps at an effective bf16 rate. Only a guide to sizing a trial file.
+TRIAL_OVERHEAD_S = 12.0
+TRIAL_EFFECTIVE_FLOPS = 2.0e14
+
+
+def compute_params(shape):
+    """Parameters a token's matmuls touch: the layers' projections and the LM head."""
+    h, hd = shape["hidden"], shape["head_dim"]
+    attn = h * hd * (2 * shape["heads"] + 2 * shape["kv_heads"])
+    mlp = 3 * h * shape["intermediate"]
+    return shape["layers"] * (attn + mlp) + shape["vocab"] * h
+
+
+def step_flops(arm):
+    """Forward, backward (and the recompute under checkpointing) of one step, matmuls and attention."""
+    s = arm["shape"]
+    tokens = arm["batch"] * arm["seq"]
+    dense = 2.0 * compute_params(s) * tokens
+    attn = 2.0 * arm["batch"] * arm["seq"] ** 2 * s["heads"] * s["head_dim"] * s["layers"]  # causal
+    backward = (2.0 if arm["mode"] == "full" else 1.0) * dense + 2.5 * attn
+    recompute = dense + attn if arm["gradient_checkpointing"] else 0.0
+    return dense + attn + backward + recompute
+
+
+def estimate_trial_seconds(trial):
+    """(wall seconds of one trial alone, its GPU compute seconds)."""
+    arm = trial["arm"]
+    gpu = TRIAL_STEPS * step_flops(arm) / TRIAL_EFFECTIVE_FLOPS
+    build = compute_params(arm["shape"]) / 1e9  # about a second per billion parameters
+    return TRIAL_OVERHEAD_S + build + gpu, gpu
+
+
+def trials_plan(trials, jobs, cap):
+    """What --list prints about a trial file: counts and the scheduler's estimated wall time."""
+    budgets = [t["budget_bytes"] for t in trials]
+    est = [estimate_trial_seconds(t) for t in trials]
+    makespan, _ = simulate_schedule(budgets, [e[0] for e in est], jobs, cap)
+    return {
+        "trials": len(trials),
+        "cases": len({t["case"] for t in trials}),
+        "models": sorted({t["arm"]["model"] for t in trials}),
+        "modes": sorted({t["arm"]["mode"] + (" gc" if t["arm"]["gradient_checkpointing"] else "") for t in trials}),
+        "alloc_confs": sorted({t["alloc_conf"] or "default" for t in trials}),
+        "budget_gib": [min(budgets) / GIB, max(budgets) / GIB],
+        "jobs": jobs, "gpu_share_bytes": cap,
+        "estimated_makespan_s": round(makespan, 1),
+        "estimated_gpu_compute_s": round(sum(e[1] for e in est), 1),
+        "estimated_serial_s": round(sum(e[0] for e in est), 1),
+    }
+
+
+# What run_steps records besides the phases, copied into a trial row as run_arm copies it.
+TRIAL_RES_KEYS = ("optimizer", "batch_bytes", "grad_bytes", "grad_dtypes", "optimizer_state_bytes", "logits_dtype")
+
+
+def trial_row(trial):
+    """A trial's row with every field present: the trial's own, the rest None until measured."""
+    row = {"kind": "trial", "trial_index": trial["index"], "case": trial["case"], "reported": trial["reported"]}
+    row.update(arm_fields(trial["arm"]))
+    row.update({
+        "budget_bytes": trial["budget_bytes"], "alloc_conf": trial["alloc_conf"], "steps_run": TRIAL_STEPS,
+        "fraction": None, "allowed_bytes": None, "gpu_total_memory": None, "alloc_conf_env": None,
+        "outcome": None, "error": None, "warning": None, "failed_phase": None, "oom_phase": None, "oom_step": None,
+        "oom_message": None, "oom_tried_to_allocate_bytes": None, "oom_allocated_by_pytorch_bytes": None,
+        "oom_reserved_unallocated_bytes": None, "oom_allowed_bytes": None, "oom_device_free_bytes": None,
+        "oom_cause": None, "peak_at_error": None, "reserved_peak_at_error": None,
+        "steps": [], "steps_completed": 0, "allocated_peak": None, "reserved_peak": None,
+        "context_allocated": None, "build_allocated_peak": None, "build_reserved_peak": None,
+        "weights_allocated": None, "reserved_after_build": None, "reserved_at_end": None,
+        "num_alloc_retries": None, "num_ooms": None, "segments": None, "expandable_segments_seen": None,
+        "realised_seq": None, "losses": [], "phases": {}, "build": None, "wall_seconds": None, "stack": None,
+    })
+    row.update({k: None for k in TRIAL_RES_KEYS})
+    return row
+
+
+def finish_trial_row(row, res, at_error):
+    """Fills the step fields of a trial row from run_steps' res (no torch)."""
+    row["phases"] = res["phases"]
+    row["steps"] = step_peaks(res["phases"], TRIAL_STEPS, row["failed_phase"], at_error)
+    row["steps_completed"] = sum(1 for s in row["steps"] if s["complete"])
+    peaks = [s["allocated_peak"] for s in row["steps"] if s["allocated_peak"] is not None]
+    reserved = [s["reserved_peak"] for s in row["steps"] if s["reserved_peak"] is not None]
+    row["allocated_peak"] = max(peaks) if peaks else None
+    row["reserved_peak"] = max(reserved) if reserved else None
+    row["losses"] = [res.get("loss_step%d" % k) for k in range(1, TRIAL_STEPS + 1) if ("loss_step%d" % k) in res]
+    row["realised_seq"] = res.get("realised_seq")
+    for k in TRIAL_RES_KEYS:
+        row[k] = res.get(k)
+    if row["outcome"] == "ok" and row["realised_seq"] != row["seq"]:
+        row["outcome"] = "error"
+        row["error"] = "realised seq %s != requested %d" % (row["realised_seq"], row["seq"])
+
+
+def trial_child_main(args, trial):
+    """One trial in this process (a child of run_trials): cap, warm up, build, three steps, one row."""
+    global STACK, CONTEXT_ALLOCATED
+    t0 = time.time()
+    row = trial_row(trial)
+    arm = trial["arm"]
+    _import_stack()
+    if not torch.cuda.is_available():
+        log("error: no CUDA device visible")
+        return 1
+    torch.cuda.set_device(0)
+    total = int(torch.cuda.get_device_properties(0).total_memory)
+    fraction = budget_fraction(trial["budget_bytes"], total)
+    torch.cuda.set_per_process_memory_fraction(fraction, 0)  # before anything is allocated
+    gc.collect()
+    gc.freeze()
+    row.update({"fraction": fraction, "allowed_bytes": int(fraction * total), "gpu_total_memory": total,
+                "alloc_conf_env": {k: os.environ.get(k) for k in ALLOC_CONF_ENV}})
+    if trial["budget_bytes"] > total:
+        row["warning"] = "budget_bytes exceeds the GPU's total memory; fraction clamped to 1.0"
+    writer = JsonlWriter(args.out)
+    STACK = collect_stack()
+    row["stack"] = STACK
+    res = {"phases": {}, "current": "warmup"}
+    at_error = None
+    model = None
+    try:
+        _before, CONTEXT_ALLOCATED, _ctx_reserved = warmup_context()
+        row["context_allocated"] = CONTEXT_ALLOCATED
+        res["current"] = "build"
+        model, row["build"] = build_model(arm, arm["seq"])
+        torch.cuda.synchronize()
+        row["build_allocated_peak"] = int(torch.cuda.max_memory_allocated())
+        row["build_reserved_peak"] = int(torch.cuda.max_memory_reserved())
+        row["weights_allocated"] = alloc()
+        row["reserved_after_build"] = int(torch.cuda.memory_reserved())
+        row.update(param_summary(model))
+        res["current"] = "input"  # the batch, before step 1's forward
+        run_steps(model, arm, arm["shape"]["vocab"], 7, res, steps=TRIAL_STEPS)
+        row["outcome"] = "ok"
+    except Exception as e:
+        at_error = (_safe(lambda: int(torch.cuda.max_memory_allocated())),
+                    _safe(lambda: int(torch.cuda.max_memory_reserved())))
+        row["peak_at_error"], row["reserved_peak_at_error"] = at_error
+        row["failed_phase"] = res.get("current")
+        if is_oom(e):
+            row["outcome"] = "oom"
+            row["oom_phase"], row["oom_step"] = parse_failed_phase(row["failed_phase"])
+            parsed = parse_oom_message(str(e))
+            row["oom_message"] = parsed["message"]
+            for key in ("tried_to_allocate_bytes", "allocated_by_pytorch_bytes", "reserved_unallocated_bytes",
+                        "allowed_bytes", "device_free_bytes"):
+                row["oom_" + key] = parsed[key]
+            row["oom_cause"] = parsed["cause"]
+        else:
+            row["outcome"] = "error"
+        row["error"] = ("OOM: " if row["outcome"] == "oom" else "") + err_text(e)
+        drop_exception(e)
+    finish_trial_row(row, res, at_error)
+    row["num_alloc_retries"], row["num_ooms"] = _alloc_stats()
+    row["reserved_at_end"] = _safe(lambda: int(torch.cuda.memory_reserved()))
+    snapshot = _safe(torch.cuda.memory_snapshot, None)
+    if snapshot is not None:
+        row["segments"] = len(snapshot)
+        row["expandable_segments_seen"] = any(bool(s.get("is_expandable")) for s in snapshot)
+        wanted = "expandable_segments:true" in (trial["alloc_conf"] or "").lower()
+        if snapshot and row["expandable_segments_seen"] != wanted:
+            row["warning"] = ((row["warning"] + "; ") if row["warning"] else "") + (
+                "alloc_conf %r but the allocator's segments are %sexpandable" % (
+                    trial["alloc_conf"], "" if row["expandable_segments_seen"] else "not "))
+    row["wall_seconds"] = round(time.time() - t0, 3)
+    writer.write(row)
+    writer.close()
+    log("trial %d: %s b=%d -> %s, allocated %s GiB, reserved %s GiB, %.1fs" % (
+        trial["index"], trial["case"], arm["batch"], row["outcome"], gib(row["allocated_peak"]),
+        gib(row["reserved_peak"]), row["wall_seconds"]))
+    del model
+    return 0
+
+
+def run_trials(args, trials, child_cmd=None):
+    """--trials: every trial in a child process of its own, at most args.jobs at a time and the
+    running trials' budgets summing to at most args.gpu_share_bytes; rows written as trials end.
+    child_cmd(i, out) is the child's command line (this script with --trial-index i; test_trials.py
+    passes a stand-in). Needs no torch here."""
+    import signal
+    import tempfile
+    here = os.path.abspath(__file__)
+    path = os.path.abspath(args.trials)
+    if child_cmd is None:
+        def child_cmd(i, out):
+            return [sys.executable, here, "--trials", path, "--trial-index", str(i), "--out", out]
+    tmp = tempfile.mkdtemp(prefix="hf-trials-")
+    cap = args.gpu_share_bytes
+    budgets = [t["budget_bytes"] for t in trials]
+    pending = schedule_order(budgets)
+    running = {}
+    counts = {o: 0 for o in OUTCOMES}
+    t_start = time.time()
+    writer = JsonlWriter(args.out)
+    writer.write({"kind": "trials", "file": args.trials, "trials": len(trials), "jobs": args.jobs,
+                  "gpu_share_bytes": cap, "steps": TRIAL_STEPS, "budget_s": args.budget_s,
+                  "trial_timeout_s": args.trial_timeout_s})
+    log("trials: %d from %s, %d at a time, budgets summing to at most %.1f GB" % (
+        len(trials), args.trials, args.jobs, cap / 1e9))
+
+    def emit(row):
+        counts[row["outcome"]] += 1
+        writer.write(row)
+        n = sum(counts.values())
+        log("[%d/%d] %-58s b=%-3d %-7s alloc %s reserved %s GiB%s" % (
+            n, len(trials), row["case"][:58], row["batch"], row["outcome"], gib(row.get("allocated_peak")),
+            gib(row.get("reserved_peak")),
+            ("  " + str(row["error"])[:160]) if row["outcome"] == "error" else ""))
+
+    def start(i):
+        t = trials[i]
+        out = os.path.join(tmp, "trial-%d.jsonl" % i)
+        err = open(os.path.join(tmp, "trial-%d.err" % i), "w+", encoding="utf-8")
+        cmd = child_cmd(i, out)
+        peers = [r["budget"] for r in running.values()]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=trial_env(os.environ, t["alloc_conf"]),
+                                start_new_session=True)
+        running[i] = {"proc": proc, "t0": time.time(), "out": out, "err": err, "budget": t["budget_bytes"],
+                      "peers": len(peers), "share": sum(peers) + t["budget_bytes"], "timed_out": False}
+
+    def finish(i):
+        r = running.pop(i)
+        rc = r["proc"].returncode
+        r["err"].seek(0)
+        err_tail = r["err"].read()[-600:].strip()
+        r["err"].close()
+        rows = []
+        if os.path.exists(r["out"]):
+            with open(r["out"], encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        rows.append(json.loads(line))
+                    except ValueError:
+                        pass
+        mine = [x for x in rows if x.get("kind") == "trial"]
+        if mine:
+            row = mine[0]
+        else:
+            row = trial_row(trials[i])
+            row["outcome"] = "error"
+            row["error"] = ("timed out after %.0fs" % args.trial_timeout_s if r["timed_out"] else
+                            "child exited %s" % rc) + (": " + " ".join(err_tail.split()) if err_tail else "")
+            row["wall_seconds"] = round(time.time() - r["t0"], 3)
+        row.update({"process_exit": rc, "started_s": round(r["t0"] - t_start, 3),
+                    "ended_s": round(time.time() - t_start, 3), "peers_at_start": r["peers"],
+                    "gpu_share_at_start_bytes": r["share"]})
+        emit(row)
+
+    try:
+        while pending or running:
+            while pending:
+                if args.budget_s and time.time() - t_start > args.budget_s:
+                    for i in pending:
+                        row = trial_row(trials[i])
+                        row.update({"outcome": "skipped", "error": "skipped: --budget-s exceeded"})
+                        emit(row)
+                    pending = []
+                    break
+                pos = pick_next([budgets[i] for i in pending], [r["budget"] for r in running.values()],
+                                args.jobs, cap)
+                if pos is None:
+                    break
+                start(pending.pop(pos))
+            ended = []
+            for i, r in running.items():
+                if r["proc"].poll() is None and args.trial_timeout_s and time.time() - r["t0"] > args.trial_timeout_s:
+                    r["timed_out"] = True
+                    try:
+                        os.killpg(r["proc"].pid, signal.SIGKILL)  # the child's own session: it and its children
+                    except OSError:
+                        pass
+                    r["proc"].wait()
+                if r["proc"].poll() is not None:
+                    ended.append(i)
+            for i in ended:
+                finish(i)
+            if not ended:
+                time.sleep(0.2)
+    finally:
+        for r in running.values():  # only on an exception (e.g. ^C): stop the children this run started
+            try:
+                os.killpg(r["proc"].pid, signal.SIGKILL)
+            except OSError:
+                pass
+    wall = round(time.time() - t_start, 3)
+    writer.write(dict({"kind": "end", "trials": len(trials), "wall_seconds": wall}, **counts))
+    writer.close()
+    log("%d trials in %.1fs: %s" % (len(trials), wall, ", ".join("%d %s" % (counts[o], o) for o in OUTCOMES)))
+    return 0
 
 
 # --------------------------------------------------------------------------
@@ -1185,6 +1688,13 @@ def parse_args(argv):
                           "shape {%s} + arch (llama|qwen2|mistral); mode lora|full; lora_rank; lora_targets "
                           "(\"q_proj,v_proj\", a list, or \"all-linear\"); gradient_checkpointing; "
                           "logits_retained; batch; seq" % (", ".join(PRESETS), ", ".join(SHAPE_KEYS)))
+    src.add_argument("--trials", metavar="FILE.json",
+                     help="fit trials instead of a plan: a JSON list of arms, each with budget_bytes and optional "
+                          "alloc_conf (a PYTORCH_CUDA_ALLOC_CONF string, e.g. \"expandable_segments:True\"), case "
+                          "and reported (\"ok\"/\"oom\"); each runs in a fresh process capped with "
+                          "set_per_process_memory_fraction(budget / total) from its start: build, then %d steps; "
+                          "one \"trial\" row each, outcome ok / oom / error. With --list: the trials and an "
+                          "estimate of the wall time" % TRIAL_STEPS)
     p.add_argument("--repeats", type=int, default=1, help="run the whole plan N times (default 1)")
     p.add_argument("--first-repeat", type=int, default=0, metavar="K",
                    help="number the repeats from K (default 0), to add repeats to an earlier run's")
@@ -1208,7 +1718,16 @@ def parse_args(argv):
                         "no probe forward, no emptied cache in between), J processes at a time (they share "
                         "the GPU; each process's peaks are its own). Default 0: the arms of a model share "
                         "one process and one build. Max-batch searches then run in one more process.")
+    p.add_argument("-j", "--jobs", type=int, default=1, metavar="J",
+                   help="--trials: trial processes at a time (default 1)")
+    p.add_argument("--gpu-share-bytes", type=float, default=DEFAULT_GPU_SHARE_BYTES, metavar="BYTES",
+                   help="--trials: the running trials' budget_bytes sum to at most this (default %.0e; a trial "
+                        "over it runs alone)" % DEFAULT_GPU_SHARE_BYTES)
+    p.add_argument("--trial-timeout-s", type=float, default=300.0, metavar="S",
+                   help="--trials: kill a trial process after this many seconds; its row is an error "
+                        "(default 300; 0 = none)")
     p.add_argument("--arm-index", metavar="PLAN,REPEAT", help=argparse.SUPPRESS)  # an --isolate child
+    p.add_argument("--trial-index", type=int, metavar="I", help=argparse.SUPPRESS)  # a --trials child
     p.add_argument("--max-batch-only", action="store_true", help=argparse.SUPPRESS)  # an --isolate child
     args = p.parse_args(argv)
     if args.repeats < 1:
@@ -1217,6 +1736,19 @@ def parse_args(argv):
         p.error("--first-repeat must be >= 0")
     if args.isolate < 0:
         p.error("--isolate must be >= 0")
+    if args.trials:
+        if args.max_batch or args.max_batch_arms or args.isolate or args.quick or args.repeats != 1 or \
+                args.first_repeat or args.arm_index is not None:
+            p.error("--trials takes none of --max-batch, --max-batch-arms, --isolate, --quick, --repeats, "
+                    "--first-repeat")
+        if args.jobs < 1:
+            p.error("-j/--jobs must be >= 1")
+        if not args.gpu_share_bytes > 0:
+            p.error("--gpu-share-bytes must be > 0")
+        if args.trial_timeout_s < 0:
+            p.error("--trial-timeout-s must be >= 0")
+    elif args.trial_index is not None:
+        p.error("--trial-index needs --trials")
     if args.arm_index is not None:
         try:
             args.arm_index = tuple(int(x) for x in args.arm_index.split(","))
@@ -1318,6 +1850,20 @@ def run_isolated(args, arms, mb):
 def main(argv=None):
     global STACK, CONTEXT_ALLOCATED
     args, parser = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.trials:
+        try:
+            trials = load_trials_file(args.trials)
+        except (ArmSpecError, OSError, ValueError) as e:
+            parser.error(str(e))
+        if args.list:
+            print(json.dumps({"trials": trials, "plan": trials_plan(trials, args.jobs, args.gpu_share_bytes)},
+                             indent=1))
+            return 0
+        if args.trial_index is not None:
+            if not 0 <= args.trial_index < len(trials):
+                parser.error("--trial-index %d: the file has %d trials" % (args.trial_index, len(trials)))
+            return trial_child_main(args, trials[args.trial_index])
+        return run_trials(args, trials)
     try:
         if args.arms:
             arms = load_arms_file(args.arms, for_max_batch=False)

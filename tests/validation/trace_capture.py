@@ -77,7 +77,7 @@ def hook_layers(model, marks):
 
 
 def run_two_steps_marked(model, arm, marks):
-    """hf_harness.run_two_steps, with marks at every phase (same calls, same order)."""
+    """hf_harness.run_steps (two steps), with marks at every phase (same calls, same order)."""
     torch = H.torch
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-4)
@@ -151,7 +151,7 @@ def main():
             hook_layers(model, marks)
             res["phases"], trainable = run_two_steps_marked(model, arm, marks)
         else:
-            H.run_two_steps(model, arm, arm["shape"]["vocab"], 0, res)
+            H.run_steps(model, arm, arm["shape"]["vocab"], 0, res)
         torch.cuda.synchronize()
         snap = torch.cuda.memory._snapshot()
         torch.cuda.memory._record_memory_history(enabled=None)
