@@ -266,3 +266,13 @@ TEST_CASE("estimate: required is the simulated peak plus the margin where the si
   CHECK(e.required == e.peak + HfPeftPredictor{}.margin()(e.peak));
   CHECK(e.required.count() == 3846552360);
 }
+
+// The Probe's LibTorch steps run on the H200 after the CLI moved to CLI11 and the estimate into the
+// library (SmolLM2-135M, LoRA r=16 on all-linear with checkpointing, 1 and 4 x 1024 and 3000; the
+// rows `vramfit probe --json` wrote), estimated as `vramfit predict --stack libtorch` does.
+TEST_CASE("libtorch: the Probe's steps after the house move meet the estimate") {
+  const SimulatedTally t =
+      replay_held_out(load("libtorch_probe_2026-12-04.jsonl", "libtorch"), Stack::libtorch, 1.0, 1.0001);
+  CHECK(t.checks == 8);
+  CHECK(t.under == 0);
+}
