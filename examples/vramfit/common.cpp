@@ -140,7 +140,7 @@ void ModelFlags::add(CLI::App& app, BadValues& bad, StepFlagSet set) {
               precision_given_ = true;
             });
   add_value(app, bad, "--budget", "SIZE",
-            "memory the step may use, e.g. 24GiB, 23.0 GB, 80e9 (units B, kB, MB, GB, TB, KiB, MiB, GiB, TiB); a "
+            "memory the step may use, e.g. 24GiB, 23.0 GB, 80e9B (a unit is required: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB; k, M, G, T); a "
             "step fits when its peak plus the allocator's margin is within it; required by max-batch and max-seq",
             [this](std::string_view v) {
               const Bytes b = parse_size(v, "--budget");
