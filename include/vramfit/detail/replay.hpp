@@ -200,15 +200,14 @@ struct TraceReplay {
   std::size_t segments = 0;
 };
 
-/// Reads the "trace" row of a trace file; throws `InvalidInput` naming the line and field.
-inline AllocatorTrace load_trace(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw InvalidInput("trace", "cannot open '" + path.string() + "'");
+/// Reads the "trace" row of trace rows (JSON lines); `source` names them in errors ("<source>:<line>:
+/// <field>"). Throws `InvalidInput`.
+inline AllocatorTrace load_trace(std::istream& in, const std::string& source) {
   std::string text;
   std::size_t line = 0;
   while (std::getline(in, text)) {
     ++line;
-    const std::string where = path.filename().string() + ":" + std::to_string(line);
+    const std::string where = source + ":" + std::to_string(line);
     const nlohmann::json row = detail::parse_row(text, where);
     if (row.value("kind", std::string()) != "trace") continue;
     AllocatorTrace t;
@@ -233,7 +232,14 @@ inline AllocatorTrace load_trace(const std::filesystem::path& path) {
     }
     return t;
   }
-  throw InvalidInput("trace", "'" + path.string() + "' has no row of kind \"trace\"");
+  throw InvalidInput("trace", "'" + source + "' has no row of kind \"trace\"");
+}
+
+/// Reads the "trace" row of a trace file; throws `InvalidInput` naming the line and field.
+inline AllocatorTrace load_trace(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw InvalidInput("trace", "cannot open '" + path.string() + "'");
+  return load_trace(in, path.filename().string());
 }
 
 /// Replays a trace's requests and frees through the allocator model, its segments placed by
