@@ -72,6 +72,19 @@ inline std::uint64_t require_count(const nlohmann::json& row, const char* key, c
     throw InvalidInput(where + ": " + key, "must be a non-negative integer");
   return v.get<std::uint64_t>();
 }
+/// The string at `key`, or `fallback` when it is absent or null.
+inline std::string optional_string(const nlohmann::json& row, const char* key, const std::string& fallback,
+                                   const std::string& where) {
+  const auto it = row.find(key);
+  if (it == row.end() || it->is_null()) return fallback;
+  if (!it->is_string()) throw InvalidInput(where + ": " + key, "must be a string");
+  return it->get<std::string>();
+}
+inline std::string require_string(const nlohmann::json& row, const char* key, const std::string& where) {
+  const auto& v = require(row, key, where);
+  if (!v.is_string()) throw InvalidInput(where + ": " + key, "must be a string");
+  return v.get<std::string>();
+}
 inline bool optional_bool(const nlohmann::json& row, const char* key, bool fallback, const std::string& where) {
   const auto it = row.find(key);
   if (it == row.end() || it->is_null()) return fallback;
@@ -84,7 +97,7 @@ inline nlohmann::json parse_row(const std::string& text, const std::string& wher
   nlohmann::json row;
   try {
     row = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     throw InvalidInput(where, std::string("not JSON: ") + e.what());
   }
   if (!row.is_object()) throw InvalidInput(where, "a row must be a JSON object");
@@ -113,10 +126,10 @@ inline Step step_from(const nlohmann::json& row, const std::string& where, bool 
   Step s;
   s.batch = with_batch ? require_count(row, "batch", where) : 1;
   s.seq = require_count(row, "seq", where);
-  s.mode = parse_mode(require(row, "mode", where).get<std::string>(), where + ": mode");
+  s.mode = parse_mode(require_string(row, "mode", where), where + ": mode");
   if (s.mode == Mode::lora) {
     s.lora.rank = require_count(row, "lora_rank", where);
-    s.lora.targets = parse_targets(require(row, "lora_targets", where).get<std::string>(), where + ": lora_targets");
+    s.lora.targets = parse_targets(require_string(row, "lora_targets", where), where + ": lora_targets");
   }
   s.gradient_checkpointing = optional_bool(row, "gradient_checkpointing", false, where);
   s.logits_retained = optional_bool(row, "logits_retained", false, where);
@@ -140,14 +153,14 @@ inline Measurements parse_measurements(std::istream& in, const std::string& sour
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = source + ":" + std::to_string(line);
     const nlohmann::json row = detail::parse_row(text, where);
-    const std::string kind = row.value("kind", std::string());
+    const std::string kind = detail::optional_string(row, "kind", "", where);
     const bool failed = row.contains("error") && !row["error"].is_null();
     if (failed || (kind != "step" && kind != "max_batch")) {
       ++out.skipped;
       continue;
     }
-    const std::string stack = row.contains("stack_profile") ? row["stack_profile"].get<std::string>() : default_stack;
-    const std::string model = row.value("model", std::string("custom"));
+    const std::string stack = detail::optional_string(row, "stack_profile", default_stack, where);
+    const std::string model = detail::optional_string(row, "model", "custom", where);
     if (kind == "step") {
       MeasuredStep m{model, stack, detail::shape_from(row, where), detail::step_from(row, where, true), {}, {}, 0, line, {}, true};
       m.real_first = Bytes(detail::require_count(row, "peak_first", where));
@@ -209,10 +222,10 @@ inline AllocatorTrace load_trace(std::istream& in, const std::string& source) {
     ++line;
     const std::string where = source + ":" + std::to_string(line);
     const nlohmann::json row = detail::parse_row(text, where);
-    if (row.value("kind", std::string()) != "trace") continue;
+    if (detail::optional_string(row, "kind", "", where) != "trace") continue;
     AllocatorTrace t;
     if (const auto arm = row.find("arm"); arm != row.end() && arm->is_object())
-      t.model = arm->value("model", std::string("custom"));
+      t.model = detail::optional_string(*arm, "model", "custom", where + ": arm");
     t.baseline = Bytes(detail::require_count(row, "baseline", where));
     t.peak_allocated = Bytes(detail::require_count(row, "peak_allocated", where));
     if (row.contains("peak_requested")) t.peak_requested = Bytes(detail::require_count(row, "peak_requested", where));
@@ -223,7 +236,7 @@ inline AllocatorTrace load_trace(std::istream& in, const std::string& source) {
     for (const auto& e : events) {
       if (!e.is_number_integer()) throw InvalidInput(where + ": events", "must be an array of integers");
       const auto v = e.get<std::int64_t>();
-      if (v == 0 || (v < 0 && (-v > static_cast<std::int64_t>(freed.size()) || freed[static_cast<std::size_t>(-v - 1)])))
+      if (v == 0 || (v < 0 && (v < -static_cast<std::int64_t>(freed.size()) || freed[static_cast<std::size_t>(-v - 1)])))
         throw InvalidInput(where + ": events",
                            "a free must name an earlier request not yet freed (got " + std::to_string(v) + ")");
       if (v > 0) freed.push_back(false);
