@@ -85,7 +85,8 @@ TEST_CASE("bad rows are errors naming the line and the field") {
   CHECK(error_of(step_row(R"(, "realised_seq": 128, "peak_first": 1.5, "peak_steady": 1)")) ==
         "fixture.jsonl:1: peak_first");
   CHECK(error_of(R"({"kind": "step", "model": "x"})") == "fixture.jsonl:1: shape");
-  // Found by tests/fuzz: nlohmann's out_of_range and type_error escaped these.
+  // Found by tests/fuzz: nlohmann's out_of_range and type_error escaped these, and a shape that
+  // failed `validate` named no line.
   CHECK(error_of(R"({"kind": "step", "batch": 1e400})") == "fixture.jsonl:1");
   CHECK(error_of(R"({"kind": 7})") == "fixture.jsonl:1: kind");
   CHECK(error_of(step_row(R"(, "stack_profile": 3)")) == "fixture.jsonl:1: stack_profile");
@@ -95,6 +96,9 @@ TEST_CASE("bad rows are errors naming the line and the field") {
   CHECK(error_of(one_line(R"({"kind": "step", )" + shape +
                           R"(, "mode": "lora", "lora_rank": 8, "lora_targets": ["q_proj"], "batch": 1, "seq": 8})")) ==
         "fixture.jsonl:1: lora_targets");
+  CHECK(error_of(one_line(R"({"kind": "step", "shape": {"vocab": 100, "hidden": 64, "intermediate": 128,
+                     "layers": 2, "heads": 4, "kv_heads": 3}, "mode": "full", "batch": 1, "seq": 8})")) ==
+        "fixture.jsonl:1: shape: kv_heads");
 }
 
 TEST_CASE("a missing file is an error, not an empty set") {

@@ -118,7 +118,11 @@ inline ModelShape shape_from(const nlohmann::json& row, const std::string& where
   m.tied_embeddings = optional_bool(s, "tied_embeddings", false, at);
   m.qkv_bias = optional_bool(s, "qkv_bias", false, at);
   m.gated_mlp = optional_bool(s, "gated_mlp", true, at);
-  validate(m);
+  try {
+    validate(m);
+  } catch (const InvalidInput& e) {  // name the line: "<file>:<line>: shape: kv_heads"
+    throw InvalidInput(at + ": " + e.field(), std::string(e.what()).substr(e.field().size() + 2));
+  }
   return m;
 }
 
