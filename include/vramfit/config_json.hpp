@@ -33,6 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "vramfit/detail/json_describe.hpp"
 #include "vramfit/error.hpp"
 #include "vramfit/model.hpp"
 
@@ -89,7 +90,7 @@ public:
       if (d < 0) fail(key, "must be a non-negative integer, got " + v.dump());
       fail(key, "must be an integer without a fraction or exponent, got " + v.dump());
     }
-    fail(key, "must be an integer, got " + describe(v));
+    fail(key, "must be an integer, got " + describe_json(v));
   }
 
   /// A required non-negative integer.
@@ -110,7 +111,7 @@ public:
   [[nodiscard]] bool optional_bool(std::string_view key, bool fallback) const {
     const auto* v = find(key);
     if (v == nullptr) return fallback;
-    if (!v->is_boolean()) fail(key, "must be true or false, got " + describe(*v));
+    if (!v->is_boolean()) fail(key, "must be true or false, got " + describe_json(*v));
     return v->get<bool>();
   }
 
@@ -118,22 +119,8 @@ public:
   [[nodiscard]] std::optional<std::string> optional_string(std::string_view key) const {
     const auto* v = find(key);
     if (v == nullptr) return std::nullopt;
-    if (!v->is_string()) fail(key, "must be a string, got " + describe(*v));
+    if (!v->is_string()) fail(key, "must be a string, got " + describe_json(*v));
     return v->get<std::string>();
-  }
-
-  /// What a mistyped value is, for an error: `a string ("2")`, `a boolean (true)`, `null`, ...
-  static std::string describe(const nlohmann::json& v) {
-    std::string text = v.dump();
-    if (text.size() > 40) text = text.substr(0, 37) + "...";
-    switch (v.type()) {
-      case nlohmann::json::value_t::null: return "null";
-      case nlohmann::json::value_t::boolean: return "a boolean (" + text + ")";
-      case nlohmann::json::value_t::string: return "a string (" + text + ")";
-      case nlohmann::json::value_t::array: return "an array (" + text + ")";
-      case nlohmann::json::value_t::object: return "an object";
-      default: return text;
-    }
   }
 
 private:
@@ -153,9 +140,9 @@ inline std::string_view model_type(const Reader& r, const nlohmann::json& config
   }
   const auto* architectures = r.find("architectures");
   if (architectures != nullptr) {
-    if (!architectures->is_array()) r.fail("architectures", "must be an array of class names, got " + Reader::describe(*architectures));
+    if (!architectures->is_array()) r.fail("architectures", "must be an array of class names, got " + describe_json(*architectures));
     for (const auto& name : *architectures) {
-      if (!name.is_string()) r.fail("architectures", "must be an array of class names, got " + Reader::describe(name));
+      if (!name.is_string()) r.fail("architectures", "must be an array of class names, got " + describe_json(name));
       for (const auto& a : supported_architectures)
         if (name.get_ref<const std::string&>() == a.causal_lm_class) return a.model_type;
     }
@@ -202,7 +189,7 @@ inline ModelShape parse_hf_config(std::string_view json_text, std::string_view s
     throw InvalidInput(source, std::string("malformed JSON: ") + e.what());
   }
   if (!config.is_object())
-    throw InvalidInput(source, "must be a JSON object, got " + detail::hf::Reader::describe(config));
+    throw InvalidInput(source, "must be a JSON object, got " + detail::describe_json(config));
 
   const detail::hf::Reader r(config, source);
   const std::string_view type = detail::hf::model_type(r, config);
