@@ -39,6 +39,30 @@ auto attempt(F&& f, std::string_view field_prefix = {}) -> std::optional<decltyp
   return std::nullopt;
 }
 
+/// `f()` on arguments that passed `validate`, or nullopt for an `Overflow`: refusing valid
+/// arguments with `InvalidInput` breaks the contract.
+template <class F>
+auto attempt_valid(F&& f) -> std::optional<decltype(f())> {
+  try {
+    return f();
+  } catch (const InvalidInput& e) {
+    fail(std::string("valid arguments refused: ") + e.what());
+  } catch (const Overflow&) {
+  }
+  return std::nullopt;
+}
+
+/// Whether `f()` (a `validate` call) accepts its arguments.
+template <class F>
+bool accepts(F&& f) {
+  try {
+    f();
+    return true;
+  } catch (const InvalidInput&) {
+    return false;
+  }
+}
+
 /// `f()`, which must not throw at all (`what` names it in the report).
 template <class F>
 auto must_succeed(F&& f, const char* what) -> decltype(f()) {

@@ -86,7 +86,10 @@ void check_estimate(const vramfit::ModelShape& m, const vramfit::Step& s, vramfi
                     bool search) {
   using namespace vramfit;
   const typename Definition::predictor predictor;
-  const auto e = attempt([&] { return estimate(m, s, stack); });
+  // Arguments that pass validate get an estimate or an Overflow, never an InvalidInput.
+  const bool valid = vramfit::fuzz::accepts([&] { validate(m), validate(s, m); });
+  const auto run = [&] { return estimate(m, s, stack); };
+  const auto e = valid ? vramfit::fuzz::attempt_valid(run) : attempt(run);
   if (e) {
     check(e->stack == stack, "the estimate's stack is the one asked for");
     check(e->peak <= e->required, "peak <= required");

@@ -17,7 +17,10 @@ using vramfit::fuzz::check;
 
 template <class Predictor>
 void check_prediction(const vramfit::ModelShape& m, const vramfit::Step& s) {
-  const auto p = vramfit::fuzz::attempt([&] { return Predictor{}.predict(m, s); });
+  // Arguments that pass validate get a prediction or an Overflow, never an InvalidInput.
+  const bool valid = vramfit::fuzz::accepts([&] { vramfit::validate(m), vramfit::validate(s, m); });
+  const auto run = [&] { return Predictor{}.predict(m, s); };
+  const auto p = valid ? vramfit::fuzz::attempt_valid(run) : vramfit::fuzz::attempt(run);
   if (!p) return;
   check(p->peak <= p->required, "peak <= required");
   check(p->peak == p->phases[p->phase], "the peak is its phase's total");
