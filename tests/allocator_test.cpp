@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "vramfit/detail/allocator.hpp"
@@ -351,6 +352,19 @@ TEST_CASE("a malformed trace names the field") {
   CHECK(bad(R"({"kind":"stack"})") == "trace");
   CHECK(bad(R"({"kind":"trace","baseline":0,"peak_allocated":1,"peak_requested":-1,"events":[]})") ==
         "vramfit-bad-trace.jsonl:1: peak_requested");
+  // Found by tests/fuzz: a free of request 2^63 negated INT64_MIN (undefined behaviour), and
+  // nlohmann's exceptions escaped mistyped values and numbers past double's range.
+  const auto bad_text = [](const std::string& text) {
+    std::istringstream in(text);
+    return test::field_of([&] { (void)load_trace(in, "t.jsonl"); });
+  };
+  CHECK(bad_text(R"({"kind":"trace","baseline":0,"peak_allocated":0,"events":[5,-9223372036854775808]})") ==
+        "t.jsonl:1: events");
+  CHECK(bad_text(R"({"kind":"trace","baseline":1e999})") == "t.jsonl:1");
+  CHECK(bad_text(R"({"kind":true})") == "t.jsonl:1: kind");
+  CHECK(bad_text(R"({"kind":"trace","arm":{"model":3},"baseline":0,"peak_allocated":0,"events":[]})") ==
+        "t.jsonl:1: arm: model");
+  CHECK(bad_text("") == "trace");
 }
 
 // `vramfit probe --trace-out` records no peak of requested bytes: such a trace loads without one.

@@ -365,6 +365,14 @@ TEST_CASE("malformed JSON names the source and the position") {
   CHECK(overflow.field == "config.json");
   CHECK(contains(overflow.message, "1e400"));
 
+  // Found by tests/fuzz: describing a value nested 100,000 deep overflowed the stack
+  // (nlohmann's dump recurses); the error shows its first level only.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const Failure nested = failure_of(R"({"model_type": )" + deep + "}");
+  CHECK(nested.field == "config.json: model_type");
+  CHECK(contains(nested.message, "an array ([[...]])"));
+  CHECK(contains(failure_of(llama(R"("hidden_size": "a string longer than the forty characters shown")")).message, "forty chara...)"));
+
   CHECK(failure_of("").field == "config.json");
   CHECK(failure_of("{").field == "config.json");
   // Valid JSON, but not an object.

@@ -99,6 +99,17 @@ TEST_CASE("bad rows are errors naming the line and the field") {
   std::string no_vocab = step_row(measured);
   no_vocab.erase(no_vocab.find(R"("vocab": 1000, )"), 15);
   CHECK(error_of(no_vocab) == "fixture.jsonl:1: shape: vocab");
+  // Found by tests/fuzz: nlohmann's out_of_range and type_error escaped these, and a shape that
+  // failed `validate` named no line.
+  CHECK(error_of(R"({"kind": "step", "batch": 1e400})") == "fixture.jsonl:1");
+  CHECK(error_of(R"({"kind": 7})") == "fixture.jsonl:1: kind");
+  CHECK(error_of(step_row(R"(, "stack_profile": 3)")) == "fixture.jsonl:1: stack_profile");
+  CHECK(error_of(R"({"kind": "step", "model": ["x"]})") == "fixture.jsonl:1: model");
+  CHECK(error_of(one_line(R"({"kind": "step", )" + shape + R"(, "mode": 1, "batch": 1, "seq": 8})")) ==
+        "fixture.jsonl:1: mode");
+  CHECK(error_of(one_line(R"({"kind": "step", "shape": {"vocab": 100, "hidden": 64, "intermediate": 128,
+                     "layers": 2, "heads": 4, "kv_heads": 3}, "mode": "full", "batch": 1, "seq": 8})")) ==
+        "fixture.jsonl:1: shape: kv_heads");
 }
 
 TEST_CASE("attention \"sdpa\" (HF's attn_implementation) reads as the default kernel") {

@@ -172,6 +172,17 @@ TEST_CASE("the recorded HF + PEFT programs cover LoRA and full fine-tuning steps
   Step math = s;
   math.attention = Attention::math;
   CHECK(!simulation_gap(smol, math).empty());
+  // Found by tests/overflow_test.cpp: a valid model of 1 to 3 layers made the programs throw
+  // ("too few layers", "a free names no live request"); the closed form answers instead.
+  for (const Stack stack : {Stack::hf_peft, Stack::libtorch})
+    for (std::uint64_t layers = 1; layers <= 4; ++layers) {
+      ModelShape shallow = smol;
+      shallow.layers = layers;
+      CAPTURE(layers);
+      const Estimate e = estimate(shallow, full, stack);
+      CHECK(e.simulation.has_value() == (layers == 4));
+      CHECK(simulation_gap(shallow, full, stack).empty() == (layers == 4));
+    }
 }
 
 #ifdef VRAMFIT_HAS_JSON

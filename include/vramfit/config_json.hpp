@@ -39,6 +39,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "vramfit/detail/json_describe.hpp"
 #include "vramfit/error.hpp"
 #include "vramfit/model.hpp"
 #include "vramfit/step.hpp"
@@ -90,7 +91,7 @@ public:
       if (d < 0) fail(key, "must be a non-negative integer, got " + v.dump());
       fail(key, "must be an integer without a fraction or exponent, got " + v.dump());
     }
-    fail(key, "must be an integer, got " + describe(v));
+    fail(key, "must be an integer, got " + describe_json(v));
   }
 
   /// A required non-negative integer.
@@ -111,7 +112,7 @@ public:
   [[nodiscard]] bool optional_bool(std::string_view key, bool fallback) const {
     const auto* v = find(key);
     if (v == nullptr) return fallback;
-    if (!v->is_boolean()) fail(key, "must be true or false, got " + describe(*v));
+    if (!v->is_boolean()) fail(key, "must be true or false, got " + describe_json(*v));
     return v->get<bool>();
   }
 
@@ -119,22 +120,8 @@ public:
   [[nodiscard]] std::optional<std::string> optional_string(std::string_view key) const {
     const auto* v = find(key);
     if (v == nullptr) return std::nullopt;
-    if (!v->is_string()) fail(key, "must be a string, got " + describe(*v));
+    if (!v->is_string()) fail(key, "must be a string, got " + describe_json(*v));
     return v->get<std::string>();
-  }
-
-  /// What a mistyped value is, for an error: `a string ("2")`, `a boolean (true)`, `null`, ...
-  static std::string describe(const nlohmann::json& v) {
-    std::string text = v.dump();
-    if (text.size() > 40) text = text.substr(0, 37) + "...";
-    switch (v.type()) {
-      case nlohmann::json::value_t::null: return "null";
-      case nlohmann::json::value_t::boolean: return "a boolean (" + text + ")";
-      case nlohmann::json::value_t::string: return "a string (" + text + ")";
-      case nlohmann::json::value_t::array: return "an array (" + text + ")";
-      case nlohmann::json::value_t::object: return "an object";
-      default: return text;
-    }
   }
 
 private:
@@ -180,7 +167,7 @@ inline void refuse_unmodelled(const Reader& r) {
   for (const auto& [key, what] : unmodelled_keys) {
     const auto* v = r.find(key);
     if (v == nullptr || *v == 0 || *v == false) continue;
-    r.fail(key, "is " + Reader::describe(*v) + ": " + std::string(what) +
+    r.fail(key, "is " + describe_json(*v) + ": " + std::string(what) +
                     " are not modelled; vramfit predicts dense, unquantized Llama, Qwen2 and Mistral models");
   }
 }
@@ -215,7 +202,7 @@ inline std::optional<std::uint64_t> sliding_window(const Reader& r, const nlohma
     // (default 28), or those that layer_types names "sliding_attention".
     if (!r.optional_bool("use_sliding_window", false)) return std::nullopt;
     if (const auto* types = r.find("layer_types")) {
-      if (!types->is_array()) r.fail("layer_types", "must be an array of strings, got " + Reader::describe(*types));
+      if (!types->is_array()) r.fail("layer_types", "must be an array of strings, got " + describe_json(*types));
       bool sliding = false;
       for (const auto& t : *types) sliding = sliding || t == "sliding_attention";
       if (!sliding) return std::nullopt;
@@ -299,7 +286,7 @@ inline HfConfig parse_hf_config(std::string_view json_text, std::string_view sou
     throw InvalidInput(source, std::string("malformed JSON: ") + e.what());
   }
   if (!config.is_object())
-    throw InvalidInput(source, "must be a JSON object, got " + detail::hf::Reader::describe(config));
+    throw InvalidInput(source, "must be a JSON object, got " + detail::describe_json(config));
 
   const detail::hf::Reader r(config, source);
   const std::string_view type = detail::hf::model_type(r, config);

@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "vramfit/bytes.hpp"
+#include "vramfit/detail/json_describe.hpp"
 #include "vramfit/error.hpp"
 #include "vramfit/estimate.hpp"
 #include "vramfit/model.hpp"
@@ -51,18 +52,18 @@ inline const nlohmann::json& json_field(const nlohmann::json& j, std::string_vie
 inline std::uint64_t json_count(const nlohmann::json& j, std::string_view key) {
   const nlohmann::json& v = json_field(j, key);
   if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0))
-    throw InvalidInput(key, "must be a non-negative integer, got " + v.dump());
+    throw InvalidInput(key, "must be a non-negative integer, got " + describe_json(v));
   return v.get<std::uint64_t>();
 }
 inline bool json_bool(const nlohmann::json& j, std::string_view key, bool fallback) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) throw InvalidInput(key, "must be true or false, got " + it->dump());
+  if (!it->is_boolean()) throw InvalidInput(key, "must be true or false, got " + describe_json(*it));
   return it->get<bool>();
 }
 inline std::string json_string(const nlohmann::json& j, std::string_view key) {
   const nlohmann::json& v = json_field(j, key);
-  if (!v.is_string()) throw InvalidInput(key, "must be a string, got " + v.dump());
+  if (!v.is_string()) throw InvalidInput(key, "must be a string, got " + describe_json(v));
   return v.get<std::string>();
 }
 }  // namespace detail

@@ -306,7 +306,7 @@ namespace detail {
  */
 constexpr std::uint64_t block_slack(std::uint64_t bytes) {
   constexpr std::uint64_t mib = 1ULL << 20;
-  const std::uint64_t rounded = (bytes + 511) / 512 * 512;
+  const std::uint64_t rounded = checked_add(bytes, 511) / 512 * 512;
   std::uint64_t slack = rounded - bytes;
   if (rounded < mib) return slack;
   if (rounded < 10 * mib) {
@@ -314,7 +314,7 @@ constexpr std::uint64_t block_slack(std::uint64_t bytes) {
     const std::uint64_t rest = 20 * mib - per_segment * rounded;
     return slack + (rest <= mib ? (rest + per_segment - 1) / per_segment : 0);
   }
-  const std::uint64_t rest = (0 - rounded) & (2 * mib - 1);  // up to the next multiple of 2 MiB
+  const std::uint64_t rest = (2 * mib - rounded % (2 * mib)) % (2 * mib);  // up to the next multiple of 2 MiB
   return slack + (rest <= mib ? rest : 0);
 }
 }  // namespace detail

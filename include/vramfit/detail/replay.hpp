@@ -81,13 +81,19 @@ inline const nlohmann::json& require(const nlohmann::json& row, const char* key,
 inline std::uint64_t require_count(const nlohmann::json& row, const char* key, const std::string& where) {
   return read_at(where, [&] { return json_count(row, key); });
 }
+/// The string at `key`, or `fallback` when it is absent or null.
+inline std::string optional_string(const nlohmann::json& row, const char* key, const std::string& fallback,
+                                   const std::string& where) {
+  if (const auto it = row.find(key); it == row.end() || it->is_null()) return fallback;
+  return read_at(where, [&] { return json_string(row, key); });
+}
 
 /// One line of a JSON-lines file as an object; `where` names the file and line in errors.
 inline nlohmann::json parse_row(const std::string& text, const std::string& where) {
   nlohmann::json row;
   try {
     row = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     throw InvalidInput(where, std::string("not JSON: ") + e.what());
   }
   if (!row.is_object()) throw InvalidInput(where, "a row must be a JSON object");
@@ -127,14 +133,14 @@ inline Measurements parse_measurements(std::istream& in, const std::string& sour
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = source + ":" + std::to_string(line);
     const nlohmann::json row = detail::parse_row(text, where);
-    const std::string kind = row.value("kind", std::string());
+    const std::string kind = detail::optional_string(row, "kind", "", where);
     const bool failed = row.contains("error") && !row["error"].is_null();
     if (failed || (kind != "step" && kind != "max_batch")) {
       ++out.skipped;
       continue;
     }
-    const std::string stack = row.contains("stack_profile") ? row["stack_profile"].get<std::string>() : default_stack;
-    const std::string model = row.value("model", std::string("custom"));
+    const std::string stack = detail::optional_string(row, "stack_profile", default_stack, where);
+    const std::string model = detail::optional_string(row, "model", "custom", where);
     if (kind == "step") {
       MeasuredStep m{model, stack, detail::shape_from(row, where), detail::step_from(row, where, true), {}, {}, 0, line, {}, true};
       m.real_first = Bytes(detail::require_count(row, "peak_first", where));
@@ -202,19 +208,19 @@ struct TraceReplay {
   std::size_t segments = 0;
 };
 
-/// Reads the "trace" row of a trace file; throws `InvalidInput` naming the line and field.
-inline AllocatorTrace load_trace(const std::filesystem::path& path) {
-  std::ifstream in = open_jsonl(path, "trace");
+/// Reads the "trace" row of trace rows (JSON lines); `source` names them in errors ("<source>:<line>:
+/// <field>"). Throws `InvalidInput`.
+inline AllocatorTrace load_trace(std::istream& in, const std::string& source) {
   std::string text;
   std::size_t line = 0;
   while (std::getline(in, text)) {
     ++line;
-    const std::string where = path.filename().string() + ":" + std::to_string(line);
+    const std::string where = source + ":" + std::to_string(line);
     const nlohmann::json row = detail::parse_row(text, where);
-    if (row.value("kind", std::string()) != "trace") continue;
+    if (detail::optional_string(row, "kind", "", where) != "trace") continue;
     AllocatorTrace t;
     if (const auto arm = row.find("arm"); arm != row.end() && arm->is_object())
-      t.model = arm->value("model", std::string("custom"));
+      t.model = detail::optional_string(*arm, "model", "custom", where + ": arm");
     t.baseline = Bytes(detail::require_count(row, "baseline", where));
     t.peak_allocated = Bytes(detail::require_count(row, "peak_allocated", where));
     if (row.contains("peak_requested")) t.peak_requested = Bytes(detail::require_count(row, "peak_requested", where));
@@ -225,7 +231,7 @@ inline AllocatorTrace load_trace(const std::filesystem::path& path) {
     for (const auto& e : events) {
       if (!e.is_number_integer()) throw InvalidInput(where + ": events", "must be an array of integers");
       const auto v = e.get<std::int64_t>();
-      if (v == 0 || (v < 0 && (-v > static_cast<std::int64_t>(freed.size()) || freed[static_cast<std::size_t>(-v - 1)])))
+      if (v == 0 || (v < 0 && (v < -static_cast<std::int64_t>(freed.size()) || freed[static_cast<std::size_t>(-v - 1)])))
         throw InvalidInput(where + ": events",
                            "a free must name an earlier request not yet freed (got " + std::to_string(v) + ")");
       if (v > 0) freed.push_back(false);
@@ -234,7 +240,13 @@ inline AllocatorTrace load_trace(const std::filesystem::path& path) {
     }
     return t;
   }
-  throw InvalidInput("trace", "'" + path.string() + "' has no row of kind \"trace\"");
+  throw InvalidInput("trace", "'" + source + "' has no row of kind \"trace\"");
+}
+
+/// Reads the "trace" row of a trace file; throws `InvalidInput` naming the line and field.
+inline AllocatorTrace load_trace(const std::filesystem::path& path) {
+  std::ifstream in = open_jsonl(path, "trace");
+  return load_trace(in, path.filename().string());
 }
 
 /// Replays a trace's requests and frees through the allocator model, its segments placed by

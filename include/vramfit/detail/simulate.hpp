@@ -50,6 +50,9 @@ const Entry* find_entry(const Entry (&entries)[N], const ModelShape& m, const St
   // kernel (with other workspaces) and the programs are not used.
   if (s.seq < 256 || s.seq > 16384 || s.batch > 16)
     return fail("outside the range the programs are used in (seq 256 to 16384, batch up to 16)");
+  // Each program gives back the 4-layer trace of its kind; below that some would free a request
+  // their first layers never made (they throw), so the closed form answers.
+  if (m.layers < 4) return fail("recorded for 4 layers and more only");
   const std::uint64_t hd = m.head_dimension();
   const unsigned hd_bit = hd == 64 ? 1u : hd == 128 ? 2u : 0u;
   if (hd_bit == 0) return fail("recorded at head_dim 64 and 128 only");

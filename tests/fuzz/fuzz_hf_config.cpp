@@ -1,0 +1,19 @@
+// parse_hf_config on arbitrary text: a shape that passes `validate`, or InvalidInput naming
+// "config.json: <field>" (or Overflow).
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "vramfit/config_json.hpp"
+#include "fuzz.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using vramfit::fuzz::check;
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  const auto m = vramfit::fuzz::attempt([&] { return vramfit::parse_hf_config(text, "config.json"); }, "config.json");
+  if (!m) return 0;
+  vramfit::fuzz::must_succeed([&] { vramfit::validate(*m); return 0; }, "validate(parse_hf_config(...))");
+  check(m->gated_mlp, "an HF config's MLP is gated");
+  check(m->head_dimension() >= 1 && m->kv_heads <= m->heads && m->heads % m->kv_heads == 0, "a consistent head layout");
+  return 0;
+}
