@@ -1,5 +1,5 @@
 // Catch2 benchmarks of the hot paths: one prediction, a largest-batch search, reading a config.json.
-// Targets: predict under 100 ns, max_batch under 2 us. Build in Release. (simulate_hf_peft, the
+// Targets: predict under 100 ns, max_batch under 2 us. Build in Release. (`vramfit::estimate`, the
 // exact path, is in bench_simulate.cpp.)
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
