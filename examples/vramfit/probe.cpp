@@ -47,11 +47,12 @@ void add_step_fields(nlohmann::ordered_json& j, const ModelShape& shape, const S
 nlohmann::ordered_json phase_json(const probe::StepMeasurement& s) {
   return {{"weights", s.weights.count()},       {"peak", s.peak.count()},
           {"forward", s.forward_peak.count()},  {"backward", s.backward_peak.count()},
-          {"optimizer", s.optimizer_peak.count()}, {"attention_backend", s.attention_backend}};
+          {"optimizer", s.optimizer_peak.count()}, {"reserved", s.reserved_peak.count()},
+          {"attention_backend", s.attention_backend}};
 }
 
 /// One checked step as a measurements row (the schema `vramfit::detail::load_measurements` reads).
-std::string row_json(std::string_view model, std::string_view stack, const ModelShape& shape, const Step& step,
+nlohmann::ordered_json row_json(std::string_view model, std::string_view stack, const ModelShape& shape, const Step& step,
                      const probe::CheckResult& r, std::uint64_t repeat, const probe::StackRecord& record) {
   nlohmann::ordered_json j;
   j["kind"] = "step";
@@ -71,10 +72,15 @@ std::string row_json(std::string_view model, std::string_view stack, const Model
     j["ratio"] = r.ratio;
   }
   j["verdict"] = r.verdict;
+  j["outcome"] = r.out_of_memory() ? "oom" : "ok";
+  j["oom_message"] = r.oom_message.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.oom_message);
+  j["build_allocated_peak"] = r.build_allocated_peak.count();
+  j["build_reserved_peak"] = r.build_reserved_peak.count();
+  j["reserved_peak"] = r.reserved_peak.count();
   j["baseline"] = r.baseline.count();
   j["phases"] = {{"step1", phase_json(r.step1)}, {"step2", phase_json(r.step2)}};
   j["stack"] = probe::to_json(record);
-  return j.dump();
+  return j;
 }
 
 /// One step's allocator trace as a row of the form tests/validation/trace_capture.py writes.
@@ -140,6 +146,15 @@ public:
       fmt::print(out, "probe on {} ({} GB), torch {}, stack {} (reference step mirrors it)\nmodel: {}\n",
                  record.gpu_name, fmt::format("{:.1f}", static_cast<double>(record.total_memory.count()) / 1e9),
                  record.torch_version, stack, describe(shape));
+    // --budget: the caching allocator may reserve at most that much, as
+    // torch.cuda.set_per_process_memory_fraction(budget / total) caps it; a step past it is an OOM.
+    std::optional<probe::MemoryFraction> cap;
+    if (flags_.budget) {
+      const double fraction = probe::MemoryFraction::for_bytes(0, *flags_.budget);
+      cap.emplace(0, fraction);
+      if (!json_) fmt::print(out, "memory fraction {:.6f}: the allocator may reserve {}\n", fraction, budget_text(*flags_.budget));
+    }
+    bool any_oom = false;
     std::vector<SweepRow> rows;
     std::ofstream trace_file;
     if (trace_out_) {
@@ -162,6 +177,7 @@ public:
           std::optional<probe::AllocatorTraceRecorder> recorder;
           if (trace_out_) recorder.emplace(0);
           const probe::CheckResult r = probe.measure(shape, step, predicted, recorder ? &*recorder : nullptr);
+          any_oom = any_oom || r.out_of_memory();
           if (recorder) {
             recorder->stop();
             if (!r.out_of_memory() && recorder->trace().events.empty())
@@ -170,7 +186,12 @@ public:
             trace_file.flush();
           }
           if (json_) {
-            std::fprintf(out, "%s\n", row_json(name, stack, shape, step, r, k, record).c_str());
+            nlohmann::ordered_json row = row_json(name, stack, shape, step, r, k, record);
+            if (cap) {
+              row["budget_bytes"] = flags_.budget->count();
+              row["fraction"] = probe::MemoryFraction::for_bytes(0, *flags_.budget);
+            }
+            std::fprintf(out, "%s\n", row.dump().c_str());
             std::fflush(out);
           } else {
             std::fprintf(err, "  seq %llu batch %llu: %s\n", static_cast<unsigned long long>(seq),
@@ -184,7 +205,7 @@ public:
           }
         }
     if (!json_) fmt::print(out, "{}", sweep_table(rows));
-    return exit_success;
+    return cap && any_oom ? exit_does_not_fit : exit_success;
   }
 
 private:

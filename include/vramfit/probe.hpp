@@ -50,6 +50,12 @@ struct CheckResult {
   StepMeasurement step2;
   Bytes baseline;
   std::optional<Bytes> oom_requested;  ///< the allocation that failed, as the OOM message prints it
+  std::string oom_message;             ///< the OOM message's first line; empty when the step ran
+  Bytes build_allocated_peak;  ///< absolute peaks while the model, ids and optimizer were built
+  Bytes build_reserved_peak;
+  /// The largest reserved bytes from the build to the end of step 2 (to the OOM, after one): what a
+  /// memory limit (`MemoryFraction`) is checked against.
+  Bytes reserved_peak;
 
   [[nodiscard]] bool out_of_memory() const { return verdict == verdict_oom; }
 };
@@ -129,11 +135,17 @@ public:
         }
       } settle{meter_};
       try {
+        meter_.reset();
         ReferenceModel reference(model, step, options_, meter_.device());
+        meter_.synchronize();
+        r.build_allocated_peak = meter_.peak_allocated();
+        r.build_reserved_peak = meter_.peak_reserved();
+        r.reserved_peak = r.build_reserved_peak;
         if (recorder != nullptr) reference.set_marker([recorder](const std::string& label) { recorder->mark(label); });
         r.realised_seq = reference.realised_seq();
         r.step1 = reference.measure_step(meter_);
         r.step2 = reference.measure_step(meter_);
+        r.reserved_peak = max(r.reserved_peak, max(r.step1.reserved_peak, r.step2.reserved_peak));
         if (recorder != nullptr) {
           recorder->mark("end");
           recorder->stop();
@@ -141,6 +153,9 @@ public:
       } catch (const c10::OutOfMemoryError& e) {  // the model and every tensor are already unwound
         oom = true;
         r.oom_requested = detail::requested_bytes(e.what());
+        const std::string_view what = e.what();
+        r.oom_message = std::string(what.substr(0, what.find('\n')));
+        r.reserved_peak = max(r.reserved_peak, meter_.peak_reserved());
       }
     }
     if (oom) {
@@ -183,6 +198,7 @@ inline nlohmann::json to_json(const StepMeasurement& m) {
           {"forward_peak", m.forward_peak.count()},
           {"backward_peak", m.backward_peak.count()},
           {"optimizer_peak", m.optimizer_peak.count()},
+          {"reserved_peak", m.reserved_peak.count()},
           {"realised_seq", m.realised_seq},
           {"attention_backend", m.attention_backend}};
 }

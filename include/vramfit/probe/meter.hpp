@@ -169,6 +169,10 @@ public:
   MemoryFraction(int device, double fraction) : device_(detail::checked_device(device)) {
     if (!(fraction > 0.0 && fraction <= 1.0))
       throw InvalidInput("memory fraction", "must be in (0, 1], got " + std::to_string(fraction));
+    // c10 refuses a fraction ("Allocator not initialized for device") until the CUDA hooks have
+    // set the allocator up; creating an empty CUDA tensor does that (torch.cuda._lazy_init's part)
+    // without allocating a block.
+    (void)torch::empty({0}, torch::TensorOptions().device(torch::kCUDA, device_));
     c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, device_);
   }
   /// The fraction of `device`'s memory that leaves `allowed` bytes to the allocator.

@@ -64,6 +64,7 @@ struct StepMeasurement {
   Bytes forward_peak;    ///< forward pass, loss included
   Bytes backward_peak;   ///< `loss.backward()`
   Bytes optimizer_peak;  ///< `optimizer.step()` and `zero_grad(set_to_none)`
+  Bytes reserved_peak;   ///< the largest reserved bytes of the three phases (segments held)
   std::uint64_t realised_seq = 0;  ///< width of the input ids the step ran on
   std::string attention_backend;   ///< what `at::_fused_sdp_choice` picked for layer 0 (`sdp_backend_name`)
 };
@@ -403,7 +404,7 @@ inline StepMeasurement ReferenceModel::step_impl(PeakMeter* meter) {
     out.weights = meter->allocated();
   }
   // Peak of one phase: reset before, read after (synchronized by the meter).
-  auto phase = [meter](auto&& body) -> Bytes {
+  auto phase = [meter, &out](auto&& body) -> Bytes {
     if (meter == nullptr) {
       body();
       return Bytes{};
@@ -411,6 +412,7 @@ inline StepMeasurement ReferenceModel::step_impl(PeakMeter* meter) {
     meter->reset();
     body();
     meter->synchronize();
+    out.reserved_peak = max(out.reserved_peak, meter->peak_reserved());
     return meter->peak_allocated();
   };
   // The rotary tables live from the forward to the end of the backward, even if a phase throws.
