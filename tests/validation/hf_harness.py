@@ -1158,7 +1158,8 @@ class Runner:
 # of run_steps. Everything up to the child's torch import is plain Python, checked by
 # test_trials.py without torch.
 
-TRIAL_KEYS = {"budget_bytes", "alloc_conf", "case", "reported"}
+TRIAL_KEYS = {"budget_bytes", "alloc_conf", "case", "reported", "stack"}
+TRIAL_STACKS = ("hf-peft", "libtorch")
 TRIAL_STEPS = 3
 OUTCOMES = ("ok", "oom", "error", "skipped")
 ALLOC_CONF_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
@@ -1199,10 +1200,16 @@ def normalize_trial(raw, index):
         reported = raw.get("reported")
         if reported not in (None, "ok", "oom"):
             raise ArmSpecError("reported must be null, \"ok\" or \"oom\", got %r" % (reported,))
+        stack = raw.get("stack", "hf-peft")
+        if stack not in TRIAL_STACKS:
+            raise ArmSpecError("stack must be one of %s, got %r" % (", ".join(TRIAL_STACKS), stack))
+        if stack == "libtorch" and arm["model"] not in PRESETS:
+            raise ArmSpecError("a libtorch trial names a preset model (vramfit probe --model), got %r" % arm["model"])
     except ArmSpecError as e:
         raise ArmSpecError("trial %d: %s" % (index, e))
-    return {"index": index, "arm": arm, "budget_bytes": budget, "alloc_conf": conf,
-            "case": case or default_case(arm, budget, conf), "reported": reported}
+    return {"index": index, "arm": arm, "budget_bytes": budget, "alloc_conf": conf, "stack": stack,
+            "case": case or ("%s%s" % ("libtorch " if stack == "libtorch" else "", default_case(arm, budget, conf))),
+            "reported": reported}
 
 
 def load_trials_file(path):
@@ -1411,7 +1418,8 @@ TRIAL_RES_KEYS = ("optimizer", "batch_bytes", "grad_bytes", "grad_dtypes", "opti
 
 def trial_row(trial):
     """A trial's row with every field present: the trial's own, the rest None until measured."""
-    row = {"kind": "trial", "trial_index": trial["index"], "case": trial["case"], "reported": trial["reported"]}
+    row = {"kind": "trial", "trial_index": trial["index"], "case": trial["case"], "reported": trial["reported"],
+           "stack_profile": trial.get("stack", "hf-peft")}
     row.update(arm_fields(trial["arm"]))
     row.update({
         "budget_bytes": trial["budget_bytes"], "alloc_conf": trial["alloc_conf"], "steps_run": TRIAL_STEPS,
@@ -1528,6 +1536,89 @@ def trial_child_main(args, trial):
     return 0
 
 
+def probe_command(vramfit, trial):
+    """The `vramfit probe` command line that runs a libtorch trial: the Probe's reference step, built
+    and run twice in a fresh process under --budget (c10's setMemoryFraction(budget / total))."""
+    arm = trial["arm"]
+    cmd = [vramfit, "probe", "--stack", "libtorch", "--model", arm["model"], "--batch", str(arm["batch"]),
+           "--seq", str(arm["seq"]), "--mode", arm["mode"], "--budget", "%dB" % trial["budget_bytes"], "--json"]
+    if arm["mode"] == "lora":
+        cmd += ["--lora-rank", str(arm["lora_rank"]), "--lora-targets", targets_text(arm["lora_targets"])]
+    if arm["gradient_checkpointing"]:
+        cmd.append("--grad-ckpt")
+    if arm["logits_retained"]:
+        cmd.append("--logits-retained")
+    return cmd
+
+
+def probe_trial_row(trial, probe_row, stderr_tail):
+    """A trial row from `vramfit probe --json`'s row (None when it printed none)."""
+    row = trial_row(trial)
+    row["steps_run"] = 2  # the Probe runs two steps
+    if probe_row is None:
+        row["outcome"] = "error"
+        row["error"] = "vramfit probe printed no row: " + " ".join(stderr_tail.split())[-400:]
+        return row
+    row["outcome"] = probe_row.get("outcome")
+    row["stack"] = probe_row.get("stack")
+    row["fraction"] = probe_row.get("fraction")
+    total = (probe_row.get("stack") or {}).get("total_memory")
+    row["gpu_total_memory"] = total
+    if total and row["fraction"] is not None:
+        row["allowed_bytes"] = int(row["fraction"] * total)
+    row["alloc_conf_env"] = {k: os.environ.get(k) for k in ALLOC_CONF_ENV}
+    row["build_allocated_peak"] = probe_row.get("build_allocated_peak")
+    row["build_reserved_peak"] = probe_row.get("build_reserved_peak")
+    row["reserved_peak"] = probe_row.get("reserved_peak")
+    row["realised_seq"] = probe_row.get("realised_seq")
+    phases = probe_row.get("phases") or {}
+    row["steps"] = [{"step": k, "allocated_peak": phases["step%d" % k]["peak"],
+                     "reserved_peak": phases["step%d" % k].get("reserved"), "complete": True}
+                    for k in (1, 2) if row["outcome"] == "ok" and ("step%d" % k) in phases]
+    row["steps_completed"] = len(row["steps"])
+    if row["steps"]:
+        row["allocated_peak"] = max(s["allocated_peak"] for s in row["steps"])
+    if row["outcome"] == "oom":
+        parsed = parse_oom_message(probe_row.get("oom_message") or "")
+        row["oom_message"] = parsed["message"]
+        for key in ("tried_to_allocate_bytes", "allocated_by_pytorch_bytes", "reserved_unallocated_bytes",
+                    "allowed_bytes", "device_free_bytes"):
+            row["oom_" + key] = parsed[key]
+        row["oom_cause"] = parsed["cause"]
+        row["error"] = probe_row.get("error")
+        row["reserved_peak_at_error"] = probe_row.get("reserved_peak")
+    elif row["outcome"] != "ok":
+        row["outcome"] = "error"
+        row["error"] = "unexpected probe row: outcome %r" % (probe_row.get("outcome"),)
+    return row
+
+
+def probe_trial_main(args, trial):
+    """One libtorch trial (a child of run_trials): `vramfit probe` in a process of its own."""
+    t0 = time.time()
+    if not args.vramfit:
+        log("error: a libtorch trial needs --vramfit PATH (a build with the probe)")
+        return 2
+    proc = subprocess.run(probe_command(args.vramfit, trial), capture_output=True, text=True,
+                          env=trial_env(os.environ, trial["alloc_conf"]))
+    rows = []
+    for line in proc.stdout.splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            pass
+    row = probe_trial_row(trial, rows[0] if rows else None, proc.stderr[-600:])
+    row["process_exit_probe"] = proc.returncode
+    row["wall_seconds"] = round(time.time() - t0, 3)
+    writer = JsonlWriter(args.out)
+    writer.write(row)
+    writer.close()
+    log("trial %d: %s b=%d -> %s, allocated %s GiB, reserved %s GiB, %.1fs" % (
+        trial["index"], trial["case"], trial["arm"]["batch"], row["outcome"], gib(row["allocated_peak"]),
+        gib(row["reserved_peak"]), row["wall_seconds"]))
+    return 0
+
+
 def run_trials(args, trials, child_cmd=None):
     """--trials: every trial in a child process of its own, at most args.jobs at a time and the
     running trials' budgets summing to at most args.gpu_share_bytes; rows written as trials end.
@@ -1539,7 +1630,8 @@ def run_trials(args, trials, child_cmd=None):
     path = os.path.abspath(args.trials)
     if child_cmd is None:
         def child_cmd(i, out):
-            return [sys.executable, here, "--trials", path, "--trial-index", str(i), "--out", out]
+            vramfit = ["--vramfit", os.path.abspath(args.vramfit)] if args.vramfit else []
+            return [sys.executable, here, "--trials", path, "--trial-index", str(i), "--out", out] + vramfit
     tmp = tempfile.mkdtemp(prefix="hf-trials-")
     cap = args.gpu_share_bytes
     budgets = [t["budget_bytes"] for t in trials]
@@ -1726,6 +1818,9 @@ def parse_args(argv):
     p.add_argument("--trial-timeout-s", type=float, default=300.0, metavar="S",
                    help="--trials: kill a trial process after this many seconds; its row is an error "
                         "(default 300; 0 = none)")
+    p.add_argument("--vramfit", metavar="PATH",
+                   help="--trials: the vramfit executable (built with the probe) that runs the trials whose "
+                        "stack is \"libtorch\" (`vramfit probe --budget ... --json`, each in a fresh process)")
     p.add_argument("--arm-index", metavar="PLAN,REPEAT", help=argparse.SUPPRESS)  # an --isolate child
     p.add_argument("--trial-index", type=int, metavar="I", help=argparse.SUPPRESS)  # a --trials child
     p.add_argument("--max-batch-only", action="store_true", help=argparse.SUPPRESS)  # an --isolate child
@@ -1855,6 +1950,8 @@ def main(argv=None):
             trials = load_trials_file(args.trials)
         except (ArmSpecError, OSError, ValueError) as e:
             parser.error(str(e))
+        if not args.vramfit and any(t["stack"] == "libtorch" for t in trials) and not args.list:
+            parser.error("--vramfit PATH is needed: %s has libtorch trials" % args.trials)
         if args.list:
             print(json.dumps({"trials": trials, "plan": trials_plan(trials, args.jobs, args.gpu_share_bytes)},
                              indent=1))
@@ -1862,7 +1959,10 @@ def main(argv=None):
         if args.trial_index is not None:
             if not 0 <= args.trial_index < len(trials):
                 parser.error("--trial-index %d: the file has %d trials" % (args.trial_index, len(trials)))
-            return trial_child_main(args, trials[args.trial_index])
+            trial = trials[args.trial_index]
+            if trial["stack"] == "libtorch":
+                return probe_trial_main(args, trial)
+            return trial_child_main(args, trial)
         return run_trials(args, trials)
     try:
         if args.arms:
