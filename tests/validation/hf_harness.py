@@ -771,19 +771,26 @@ def optimizer_info(optimizer, params):
     return info
 
 
-def run_steps(model, arm, vocab, seed, res, steps=2):
+def make_batch(batch_size, seq, vocab, gen):
+    ids = torch.randint(0, vocab, (batch_size, seq), device="cuda", dtype=torch.long, generator=gen)
+    return {"input_ids": ids, "labels": ids.clone()}
+
+
+def run_steps(model, arm, vocab, seed, res, steps=2, lengths=None):
     """`steps` training steps (two for the step rows and max-batch searches, three for a trial);
     fills res (plain ints/strings only) as it goes, so partial results survive an exception.  All
-    tensors are locals of this frame."""
+    tensors are locals of this frame. With `lengths` (a loop with dynamic padding), step k runs a
+    new batch of lengths[k-1] tokens, made while the previous batch is still bound, as a loop body
+    `batch = next(it)` does."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-4)
     res["optimizer"] = optimizer_info(optimizer, params)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(seed)
-    ids = torch.randint(0, vocab, (arm["batch"], arm["seq"]), device="cuda", dtype=torch.long, generator=gen)
-    batch = {"input_ids": ids, "labels": ids.clone()}
-    del ids, gen
+    batch = make_batch(arm["batch"], lengths[0] if lengths else arm["seq"], vocab, gen)
     res["realised_seq"] = int(batch["input_ids"].shape[-1])
+    if lengths:
+        res["realised_lengths"] = []
     res["batch_bytes"] = int(sum(t.numel() * t.element_size() for t in batch.values()))
     retained = arm["logits_retained"]
     out = None
@@ -791,6 +798,11 @@ def run_steps(model, arm, vocab, seed, res, steps=2):
     for k in range(1, steps + 1):
         ph = {}
         res["phases"]["step%d" % k] = ph
+        if lengths:
+            res["current"] = "step%d.input" % k
+            if k > 1:
+                batch = make_batch(arm["batch"], lengths[k - 1], vocab, gen)
+            res["realised_lengths"].append(int(batch["input_ids"].shape[-1]))
         res["current"] = "step%d.forward" % k
         b = _phase_begin()
         out = model(**batch)
@@ -825,7 +837,7 @@ def run_steps(model, arm, vocab, seed, res, steps=2):
     res["optimizer_state_bytes"] = int(sum(t.numel() * t.element_size()
                                            for st in optimizer.state.values() for t in st.values()
                                            if torch.is_tensor(t) and t.is_cuda))
-    del optimizer, params, batch
+    del optimizer, params, batch, gen
 
 
 def summarize_phases(phases):
@@ -1158,7 +1170,8 @@ class Runner:
 # of run_steps. Everything up to the child's torch import is plain Python, checked by
 # test_trials.py without torch.
 
-TRIAL_KEYS = {"budget_bytes", "alloc_conf", "case", "reported", "stack"}
+TRIAL_KEYS = {"budget_bytes", "alloc_conf", "case", "reported", "stack", "lengths"}
+MAX_LOOP_STEPS = 64
 TRIAL_STACKS = ("hf-peft", "libtorch")
 TRIAL_STEPS = 3
 OUTCOMES = ("ok", "oom", "error", "skipped")
@@ -1205,9 +1218,19 @@ def normalize_trial(raw, index):
             raise ArmSpecError("stack must be one of %s, got %r" % (", ".join(TRIAL_STACKS), stack))
         if stack == "libtorch" and arm["model"] not in PRESETS:
             raise ArmSpecError("a libtorch trial names a preset model (vramfit probe --model), got %r" % arm["model"])
+        lengths = raw.get("lengths")
+        if lengths is not None:
+            if stack != "hf-peft":
+                raise ArmSpecError("lengths (a loop of varied lengths) runs on the hf-peft stack only")
+            if (not isinstance(lengths, list) or not 1 <= len(lengths) <= MAX_LOOP_STEPS
+                    or any(isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= arm["seq"]
+                           for x in lengths)):
+                raise ArmSpecError("lengths must be a list of 1 to %d token counts, each 1..seq (%d), got %r"
+                                   % (MAX_LOOP_STEPS, arm["seq"], lengths))
     except ArmSpecError as e:
         raise ArmSpecError("trial %d: %s" % (index, e))
     return {"index": index, "arm": arm, "budget_bytes": budget, "alloc_conf": conf, "stack": stack,
+            "lengths": lengths,
             "case": case or ("%s%s" % ("libtorch " if stack == "libtorch" else "", default_case(arm, budget, conf))),
             "reported": reported}
 
@@ -1388,7 +1411,8 @@ def step_flops(arm):
 def estimate_trial_seconds(trial):
     """(wall seconds of one trial alone, its GPU compute seconds)."""
     arm = trial["arm"]
-    gpu = TRIAL_STEPS * step_flops(arm) / TRIAL_EFFECTIVE_FLOPS
+    steps = len(trial["lengths"]) if trial.get("lengths") else TRIAL_STEPS  # a loop: at most S each step
+    gpu = steps * step_flops(arm) / TRIAL_EFFECTIVE_FLOPS
     build = compute_params(arm["shape"]) / 1e9  # about a second per billion parameters
     return TRIAL_OVERHEAD_S + build + gpu, gpu
 
@@ -1422,7 +1446,9 @@ def trial_row(trial):
            "stack_profile": trial.get("stack", "hf-peft")}
     row.update(arm_fields(trial["arm"]))
     row.update({
-        "budget_bytes": trial["budget_bytes"], "alloc_conf": trial["alloc_conf"], "steps_run": TRIAL_STEPS,
+        "budget_bytes": trial["budget_bytes"], "alloc_conf": trial["alloc_conf"],
+        "steps_run": len(trial["lengths"]) if trial.get("lengths") else TRIAL_STEPS,
+        "lengths": trial.get("lengths"), "realised_lengths": None,
         "fraction": None, "allowed_bytes": None, "gpu_total_memory": None, "alloc_conf_env": None,
         "outcome": None, "error": None, "warning": None, "failed_phase": None, "oom_phase": None, "oom_step": None,
         "oom_message": None, "oom_tried_to_allocate_bytes": None, "oom_allocated_by_pytorch_bytes": None,
@@ -1441,17 +1467,23 @@ def trial_row(trial):
 def finish_trial_row(row, res, at_error):
     """Fills the step fields of a trial row from run_steps' res (no torch)."""
     row["phases"] = res["phases"]
-    row["steps"] = step_peaks(res["phases"], TRIAL_STEPS, row["failed_phase"], at_error)
+    steps = row["steps_run"]
+    row["steps"] = step_peaks(res["phases"], steps, row["failed_phase"], at_error)
     row["steps_completed"] = sum(1 for s in row["steps"] if s["complete"])
     peaks = [s["allocated_peak"] for s in row["steps"] if s["allocated_peak"] is not None]
     reserved = [s["reserved_peak"] for s in row["steps"] if s["reserved_peak"] is not None]
     row["allocated_peak"] = max(peaks) if peaks else None
     row["reserved_peak"] = max(reserved) if reserved else None
-    row["losses"] = [res.get("loss_step%d" % k) for k in range(1, TRIAL_STEPS + 1) if ("loss_step%d" % k) in res]
+    row["losses"] = [res.get("loss_step%d" % k) for k in range(1, steps + 1) if ("loss_step%d" % k) in res]
     row["realised_seq"] = res.get("realised_seq")
+    row["realised_lengths"] = res.get("realised_lengths")
     for k in TRIAL_RES_KEYS:
         row[k] = res.get(k)
-    if row["outcome"] == "ok" and row["realised_seq"] != row["seq"]:
+    if row["lengths"]:
+        if row["outcome"] == "ok" and row["realised_lengths"] != row["lengths"]:
+            row["outcome"] = "error"
+            row["error"] = "realised lengths %s != requested %s" % (row["realised_lengths"], row["lengths"])
+    elif row["outcome"] == "ok" and row["realised_seq"] != row["seq"]:
         row["outcome"] = "error"
         row["error"] = "realised seq %s != requested %d" % (row["realised_seq"], row["seq"])
 
@@ -1494,7 +1526,7 @@ def trial_child_main(args, trial):
         row["reserved_after_build"] = int(torch.cuda.memory_reserved())
         row.update(param_summary(model))
         res["current"] = "input"  # the batch, before step 1's forward
-        run_steps(model, arm, arm["shape"]["vocab"], 7, res, steps=TRIAL_STEPS)
+        run_steps(model, arm, arm["shape"]["vocab"], 7, res, steps=row["steps_run"], lengths=trial.get("lengths"))
         row["outcome"] = "ok"
     except Exception as e:
         at_error = (_safe(lambda: int(torch.cuda.max_memory_allocated())),

@@ -516,9 +516,11 @@ def run_child(trial_raw, behaviour):
             raise FakeOOM(oom_text)
         return object(), {"build_seconds": 0.5}
 
-    def fake_run_steps(model, arm, vocab, seed, res, steps=2):
-        assert steps == 3 and res["current"] == "input"
-        res["realised_seq"] = arm["seq"]
+    def fake_run_steps(model, arm, vocab, seed, res, steps=2, lengths=None):
+        assert steps == (len(lengths) if lengths else 3) and res["current"] == "input"
+        res["realised_seq"] = lengths[0] if lengths else arm["seq"]
+        if lengths:
+            res["realised_lengths"] = list(lengths)
         res["batch_bytes"] = 16 * arm["batch"] * arm["seq"]
         for k in range(1, steps + 1):
             res["phases"]["step%d" % k] = ph = {}
@@ -591,6 +593,28 @@ def test_trial_child():
 
 
 # ---- the summary ---------------------------------------------------------------------------------
+
+def test_loop_trial():
+    """A loop of varied lengths: one step per length, the realised lengths checked, bad lengths refused."""
+    base = {"model": "SmolLM2-135M", "mode": "full", "batch": 4, "seq": 2048, "budget_bytes": 40 * GIB,
+            "lengths": [512, 2048, 1024, 64]}
+    r = run_child(base, "ok")
+    assert r["outcome"] == "ok" and r["steps_run"] == 4 and r["steps_completed"] == 4
+    assert r["realised_lengths"] == [512, 2048, 1024, 64] and len(r["losses"]) == 4
+    for bad in ([], [0], [4096], [True], "512", [1] * (H.MAX_LOOP_STEPS + 1)):
+        try:
+            H.normalize_trial(dict(base, lengths=bad), 0)
+        except H.ArmSpecError as e:
+            assert "lengths" in str(e), e
+        else:
+            raise AssertionError("lengths %r accepted" % (bad,))
+    try:
+        H.normalize_trial(dict(base, stack="libtorch"), 0)
+    except H.ArmSpecError as e:
+        assert "hf-peft" in str(e), e
+    else:
+        raise AssertionError("a libtorch loop accepted")
+
 
 def test_summary_helpers():
     assert S.agreement("ok", True) == "yes" and S.agreement("oom", False) == "yes"
