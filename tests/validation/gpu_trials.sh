@@ -3,6 +3,8 @@
 # driver holds (cuda_context.py), then runs the trials files given, each trial a fresh process under
 # a memory fraction (hf_harness.py --trials; libtorch trials through `vramfit probe --budget`).
 # Usage (on the GPU machine, .deps staged and carried): bash tests/validation/gpu_trials.sh FILE.json...
+# Env: CONTEXT=0 / GPU_TESTS=0 skip those parts; JOBS (8); GPU_SHARE (bytes the running trials'
+# budgets may sum to; the harness default suits the H200); TRIALS_TIMEOUT per file (400 s).
 set -uo pipefail
 : "${OUT:?set OUT to a results folder}"
 export PYTHONUNBUFFERED=1
@@ -20,7 +22,8 @@ fi
 for f in "$@"; do
   name=$(basename "$f" .json)
   timeout "${TRIALS_TIMEOUT:-400}" python3 tests/validation/hf_harness.py --trials "$f" -j "$JOBS" \
-    --trial-timeout-s 150 --vramfit build-gpu/vramfit --out "$OUT/$name.jsonl" 2> "$OUT/$name.log"
+    --trial-timeout-s 150 ${GPU_SHARE:+--gpu-share-bytes "$GPU_SHARE"} --vramfit build-gpu/vramfit \
+    --out "$OUT/$name.jsonl" 2> "$OUT/$name.log"
   echo "$name rc=$? $(tail -1 "$OUT/$name.log")"
 done
 if [ "${GPU_TESTS:-1}" = 1 ]; then
