@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <string_view>
@@ -153,8 +154,29 @@ TEST_CASE("cli: the report, the version and the help") {
   SUBCASE("report") {
     const Ran r = succeeds(0, {});
     holds(r.out, {"SmolLM2-135M", "Qwen2.5-0.5B", "Llama-3.2-1B", "Qwen2.5-7B", "Llama-3.1-8B", "full fine-tuning",
-                  "all-linear, gradient checkpointing", "less 1 GiB", "loss backward"});
+                  "all-linear, gradient checkpointing", "less 1 GiB", "loss backward",
+                  "\nbasis: closed form; hf-peft as recorded on "});  // the report says how, too
     matches(r.out, {"24 GB +48 GB +80 GB +141 GB"});
+  }
+  SUBCASE("the README's example output is what the report prints") {
+    std::ifstream readme(std::string(VRAMFIT_TEST_DATA_DIR) + "/../../README.md");
+    REQUIRE(readme.good());
+    const std::string text((std::istreambuf_iterator<char>(readme)), std::istreambuf_iterator<char>());
+    const std::string start = "It prints (abridged):\n```\n";
+    const auto from = text.find(start);
+    REQUIRE(from != std::string::npos);
+    const auto to = text.find("```", from + start.size());
+    REQUIRE(to != std::string::npos);
+    const std::string report = succeeds(0, {}).out;
+    std::size_t lines = 0;
+    for (std::size_t at = from + start.size(), end; at < to; at = end + 1) {
+      end = text.find('\n', at);
+      const std::string line = text.substr(at, end - at);
+      if (line == "..." || line.empty()) continue;
+      CHECK_MESSAGE(report.find(line + "\n") != std::string::npos, line);
+      ++lines;
+    }
+    CHECK(lines >= 8);
   }
   SUBCASE("version") {
     const Ran r = succeeds(0, {"--version"});

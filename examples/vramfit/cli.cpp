@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common.hpp"
+#include "vramfit/config_json.hpp"
 
 #ifndef VRAMFIT_VERSION
 #error "VRAMFIT_VERSION must be defined by the build (examples/CMakeLists.txt)"
@@ -170,8 +171,8 @@ InvalidInput from_cli11(const CLI::ParseError& e) {
 }
 
 /// The flag a library error is about: "batch" is --batch, "lora rank" is --lora-rank; a shape
-/// field names --config or --model. Other fields ("--budget", "config.json: vocab_size") are
-/// already what the user wrote.
+/// field names --config with its config.json key (config_json.hpp's table), or --model. Other
+/// fields ("--budget", "config.json: vocab_size") are already what the user wrote.
 std::string flag_for_field(std::string_view field, bool from_config) {
   constexpr std::array<std::array<std::string_view, 2>, 6> step_fields = {{{"batch", "--batch"},
                                                                           {"seq", "--seq"},
@@ -181,10 +182,9 @@ std::string flag_for_field(std::string_view field, bool from_config) {
                                                                           {"shard group", "--sharding"}}};
   for (const auto& f : step_fields)
     if (f[0] == field) return std::string(f[1]);
-  constexpr std::array<std::string_view, 7> shape_fields = {"vocab", "hidden",   "intermediate", "layers",
-                                                            "heads", "kv_heads", "head_dim"};
-  if (std::find(shape_fields.begin(), shape_fields.end(), field) != shape_fields.end())
-    return std::string(from_config ? "--config: " : "--model: ") + std::string(field);
+  for (const auto& [shape_field, json_key] : vramfit::detail::hf::shape_json_names)
+    if (shape_field == field)
+      return from_config ? "--config: " + std::string(json_key) : "--model: " + std::string(shape_field);
   return std::string(field);
 }
 

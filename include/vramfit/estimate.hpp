@@ -132,6 +132,14 @@ decltype(auto) visit_stack(Stack s, F&& f) {
 }
 }  // namespace detail
 
+/// The provenance of every estimate of `step` on `stack`: where the stack was recorded, and for
+/// several ranks what is not validated.
+inline Provenance provenance(Stack stack, const Step& step = {}) {
+  Provenance p = detail::visit_stack(stack, [](auto def) { return decltype(def)::recorded(); });
+  p.unvalidated = sharding_caveat(step);
+  return p;
+}
+
 /// Why no recorded program applies to this model, step and stack; empty when one does.
 inline std::string_view simulation_gap(const ModelShape& model, const Step& step, Stack stack = Stack::hf_peft) {
   return detail::visit_stack(stack, [&](auto def) {
@@ -150,8 +158,7 @@ inline Estimate estimate(const ModelShape& model, const Step& step, Stack stack 
     const typename Definition::predictor predictor;
     Estimate out;
     out.stack = stack;
-    out.provenance = Definition::recorded();
-    out.provenance.unvalidated = sharding_caveat(step);
+    out.provenance = provenance(stack, step);
     out.closed_form = predictor.predict(model, step);
     out.peak = out.closed_form.peak;
     out.required = out.closed_form.required;
