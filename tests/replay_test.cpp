@@ -182,26 +182,32 @@ TEST_CASE("hf-peft: recorded step programs give the measured peaks of LoRA and f
 // The same arms measured sharing a process, a model build per model (hf_harness.py without
 // --isolate: a probe forward and an emptied cache after the build, workspaces and cached blocks
 // from earlier arms). Simulated as that flow, three checks read under, each by 1 MiB or less, until
-// the scattered placements; they meet them.
-// Two cases of two models each (352 checks in all), each well inside the suite's 10 s a case.
-SimulatedTally replay_shared_process(std::initializer_list<std::string_view> models) {
-  return replay_simulated(
+// the scattered placements; they meet them. A case per model (352 checks in all: 88 + 104 + 88 +
+// 72), each well inside the suite's 10 s a case.
+namespace {
+void replay_shared_process(std::string_view model, std::size_t checks) {
+  const SimulatedTally t = replay_simulated(
       load("hf_steps_shared_process.jsonl", "hf-peft"),
       [](const MeasuredStep& m) {
         CHECK(m.cache_emptied_after_build);
         return simulate_hf_as_measured(m);
       },
-      1.0, 1.003, models);
-}
-TEST_CASE("hf-peft: arms that shared a process meet the simulation: SmolLM2-135M, Qwen2.5-0.5B") {
-  const SimulatedTally t = replay_shared_process({"SmolLM2-135M", "Qwen2.5-0.5B"});
-  CHECK(t.checks == 192);  // 44 + 52 steps
+      1.0, 1.003, {model});
+  CHECK(t.checks == checks);
   CHECK(t.under == 0);
 }
-TEST_CASE("hf-peft: arms that shared a process meet the simulation: TinyLlama-1.1B, Llama-3.2-1B") {
-  const SimulatedTally t = replay_shared_process({"TinyLlama-1.1B", "Llama-3.2-1B"});
-  CHECK(t.checks == 160);  // 44 + 36 steps
-  CHECK(t.under == 0);
+}  // namespace
+TEST_CASE("hf-peft: arms that shared a process meet the simulation: SmolLM2-135M") {
+  replay_shared_process("SmolLM2-135M", 88);
+}
+TEST_CASE("hf-peft: arms that shared a process meet the simulation: Qwen2.5-0.5B") {
+  replay_shared_process("Qwen2.5-0.5B", 104);
+}
+TEST_CASE("hf-peft: arms that shared a process meet the simulation: TinyLlama-1.1B") {
+  replay_shared_process("TinyLlama-1.1B", 88);
+}
+TEST_CASE("hf-peft: arms that shared a process meet the simulation: Llama-3.2-1B") {
+  replay_shared_process("Llama-3.2-1B", 72);
 }
 
 // The Probe's LibTorch steps (tests/data/libtorch_steps.jsonl, each in the Probe's flow: workspaces
