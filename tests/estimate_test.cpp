@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "vramfit/estimate.hpp"
 #include "vramfit/presets.hpp"
@@ -45,4 +47,30 @@ TEST_CASE("a search that stops below its limit is not capped") {
   const SearchResult none = max_batch(m, Step{}, Budget(1_MiB));
   CHECK(none.value == 0);
   CHECK_FALSE(none.capped);
+}
+
+// Every estimate says where its stack was recorded (the generated programs' own record) and, on
+// several ranks, that nothing there is validated on several GPUs.
+TEST_CASE("an estimate carries its provenance; several ranks are flagged as not validated") {
+  const ModelShape m = preset("SmolLM2-135M");
+  const Estimate one = estimate(m, Step{.seq = 1024});
+  CHECK(one.provenance.gpu == detail::programs::hf_peft::recorded_gpu);
+  CHECK(one.provenance.software == detail::programs::hf_peft::recorded_software);
+  CHECK(one.provenance.unvalidated.empty());
+  CHECK(basis(one).starts_with("allocator simulation; hf-peft as recorded on " +
+                               std::string(detail::programs::hf_peft::recorded_gpu)));
+  const Estimate probe = estimate(m, Step{.seq = 1024}, Stack::libtorch);
+  CHECK(probe.provenance.software == detail::programs::libtorch::recorded_software);
+
+  const Estimate fsdp = estimate(m, Step{.mode = Mode::full, .world_size = 4, .sharding = Sharding::full});
+  CHECK(fsdp.provenance.unvalidated.find("not validated on several GPUs") != std::string_view::npos);
+  CHECK(fsdp.provenance.unvalidated.find("upper bound") == std::string_view::npos);
+  CHECK(basis(fsdp).ends_with(fsdp.provenance.unvalidated));
+  // DeepSpeed in bf16 keeps an fp32 master copy that is not counted: not an upper bound.
+  const Step zero2{.mode = Mode::full, .world_size = 8, .sharding = Sharding::zero2};
+  CHECK(estimate(m, zero2).provenance.unvalidated.find("not an upper bound") != std::string_view::npos);
+  Step zero2_fp32 = zero2;
+  zero2_fp32.precision = Precision::fp32;
+  CHECK(sharding_caveat(zero2_fp32).find("upper bound") == std::string_view::npos);
+  CHECK(provenance(Stack::hf_peft, zero2).unvalidated == sharding_caveat(zero2));
 }

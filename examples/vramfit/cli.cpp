@@ -11,8 +11,10 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "common.hpp"
+#include "vramfit/config_json.hpp"
 
 #ifndef VRAMFIT_VERSION
 #error "VRAMFIT_VERSION must be defined by the build (examples/CMakeLists.txt)"
@@ -83,8 +85,9 @@ private:
         "  vramfit sweep --config path/to/config.json --seq 1024,2048,4096 --batch 1,4\n"
         "\nSizes: GB is 10^9 bytes, GiB 2^30. The peak is the CUDA caching allocator's peak of allocated\n"
         "bytes (torch.cuda.max_memory_allocated); a card must also hold the CUDA context.\n"
-        "\nexit status: 0 success; 2 bad input (one line on stderr naming the flag); 3 with --budget:\n"
-        "the step does not fit\n";
+        "\nexit status: 0 success; 2 bad input (one line on stderr naming the flag, and with --json\n"
+        "{\"error\": ..., \"field\": ...} on stdout); 3 with --budget: the step does not fit (sweep: only\n"
+        "without --json)\n";
     return out;
   }
 
@@ -168,8 +171,8 @@ InvalidInput from_cli11(const CLI::ParseError& e) {
 }
 
 /// The flag a library error is about: "batch" is --batch, "lora rank" is --lora-rank; a shape
-/// field names --config or --model. Other fields ("--budget", "config.json: vocab_size") are
-/// already what the user wrote.
+/// field names --config with its config.json key (config_json.hpp's table), or --model. Other
+/// fields ("--budget", "config.json: vocab_size") are already what the user wrote.
 std::string flag_for_field(std::string_view field, bool from_config) {
   constexpr std::array<std::array<std::string_view, 2>, 6> step_fields = {{{"batch", "--batch"},
                                                                           {"seq", "--seq"},
@@ -179,10 +182,9 @@ std::string flag_for_field(std::string_view field, bool from_config) {
                                                                           {"shard group", "--sharding"}}};
   for (const auto& f : step_fields)
     if (f[0] == field) return std::string(f[1]);
-  constexpr std::array<std::string_view, 7> shape_fields = {"vocab", "hidden",   "intermediate", "layers",
-                                                            "heads", "kv_heads", "head_dim"};
-  if (std::find(shape_fields.begin(), shape_fields.end(), field) != shape_fields.end())
-    return std::string(from_config ? "--config: " : "--model: ") + std::string(field);
+  for (const auto& [shape_field, json_key] : vramfit::detail::hf::shape_json_names)
+    if (shape_field == field)
+      return from_config ? "--config: " + std::string(json_key) : "--model: " + std::string(shape_field);
   return std::string(field);
 }
 
@@ -193,13 +195,33 @@ std::string one_line(std::string_view text) {
   return out;
 }
 
-/// Prints "vramfit: error: FLAG: message"; returns the status of bad input.
-int fail(std::FILE* err, const InvalidInput& e, bool from_config) {
-  std::string_view message = e.what();
-  if (message.starts_with(e.field() + ": ")) message.remove_prefix(e.field().size() + 2);
-  fmt::print(err, "vramfit: error: {}: {}\n", one_line(flag_for_field(e.field(), from_config)), one_line(message));
-  return exit_bad_input;
-}
+/// Where an error goes: the line on stderr, and with --json on the line also one JSON object on
+/// stdout, {"error": message, "field": flag or null}, for scripts that read stdout.
+struct ErrorOut {
+  std::FILE* out;
+  std::FILE* err;
+  bool json;
+
+  /// Prints the error; returns `status`.
+  int report(std::string_view field, std::string_view message, int status) const {
+    if (json) {
+      const nlohmann::json j = {{"error", message}, {"field", field.empty() ? nlohmann::json(nullptr) : field}};
+      fmt::print(out, "{}\n", j.dump());
+    }
+    if (field.empty())
+      fmt::print(err, "vramfit: error: {}\n", message);
+    else
+      fmt::print(err, "vramfit: error: {}: {}\n", field, message);
+    return status;
+  }
+
+  /// "vramfit: error: FLAG: message"; returns the status of bad input.
+  int fail(const InvalidInput& e, bool from_config) const {
+    std::string_view message = e.what();
+    if (message.starts_with(e.field() + ": ")) message.remove_prefix(e.field().size() + 2);
+    return report(one_line(flag_for_field(e.field(), from_config)), one_line(message), exit_bad_input);
+  }
+};
 
 }  // namespace
 
@@ -220,6 +242,7 @@ int run(std::span<const std::string_view> args, std::FILE* out, std::FILE* err) 
     commands.push_back(add(app, bad));
 
   const Command* command = nullptr;
+  const ErrorOut error{out, err, std::find(args.begin(), args.end(), "--json") != args.end()};
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
     app.parse(reversed);
@@ -240,18 +263,16 @@ int run(std::span<const std::string_view> args, std::FILE* out, std::FILE* err) 
     fmt::print(out, "{}\n", e.what());
     return exit_success;
   } catch (const CLI::ParseError& e) {
-    return fail(err, from_cli11(e), false);
+    return error.fail(from_cli11(e), false);
   } catch (const InvalidInput& e) {
     const CLI::Option* config = command != nullptr ? command->app().get_option_no_throw("--config") : nullptr;
-    return fail(err, e, config != nullptr && config->count() > 0);
+    return error.fail(e, config != nullptr && config->count() > 0);
   } catch (const Overflow& e) {
-    return fail(err,
-                InvalidInput("--batch/--seq", std::string("the step is too large for 64-bit byte counts (") +
-                                                  e.what() + "); use a smaller batch or sequence length"),
-                false);
+    return error.fail(InvalidInput("--batch/--seq", std::string("the step is too large for 64-bit byte counts (") +
+                                                        e.what() + "); use a smaller batch or sequence length"),
+                      false);
   } catch (const std::exception& e) {
-    fmt::print(err, "vramfit: error: {}\n", one_line(e.what()));
-    return 1;
+    return error.report("", one_line(e.what()), 1);
   }
 }
 

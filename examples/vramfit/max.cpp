@@ -54,6 +54,7 @@ public:
       j[fmt::format("max_{}", what)] = best;
       j["budget_bytes"] = budget.usable.count();
       j["capped"] = found.capped;
+      j["provenance"] = provenance_json<nlohmann::ordered_json>(at);
       j["prediction"] = nlohmann::json(at);
       j["stack"] = to_string(at.stack);
       j["model"] = model_json(model);
@@ -64,8 +65,8 @@ public:
                     fmt::format("{} {}, {} searched; {}", search_batch_ ? "seq" : "batch",
                                 search_batch_ ? step.seq : step.batch, what, describe_setup(step)),
                     step);
-      fmt::print(out, "stack:  {} ({})\nbudget: {}\n\n", to_string(at.stack), to_string(at.method),
-                 budget_text(budget.usable));
+      fmt::print(out, "stack:  {} ({})\nbasis:  {}\nbudget: {}\n\n", to_string(at.stack), to_string(at.method),
+                 basis(at), budget_text(budget.usable));
       if (best == 0)
         fmt::print(out, "max {}: 0: not even {} 1 fits; it requires {} (peak {} in the {})\n", what, what, at.required,
                    at.peak, at.phase);
@@ -77,6 +78,8 @@ public:
                         "longer sequences may fit)\n", *model.sliding_window);
       else if (found.capped)
         fmt::print(out, "  (the search's limit: larger values may fit too)\n");
+      if (!at.simulation && !at.no_simulation.empty())
+        fmt::print(out, "  no allocator simulation there: {}; the closed form is the answer\n", at.no_simulation);
     }
     return best > 0 ? exit_success : exit_does_not_fit;
   }

@@ -30,6 +30,7 @@ public:
     }
     const Prediction& p = e.closed_form;
     print_context(out, model, describe(step), step);
+    fmt::print(out, "basis:  {}\n", basis(e));
     fmt::print(out, "\n{}", p);
     if (e.simulation)
       fmt::print(out,

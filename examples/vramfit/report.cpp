@@ -46,9 +46,11 @@ int run_report(std::FILE* out) {
       "  over a steady-state step, in GB of 10^9 bytes; phase: the part of the step where it falls.\n"
       "{} ... {}: the largest batch at seq 2048 that fits a card of that size; \"-\": not even batch 1.\n"
       "  Usable memory: the card's total ({} = {} x 10^9 bytes) less 1 GiB for the CUDA context\n"
-      "  and other processes; a step fits when its peak plus the allocator's margin is within that.\n\n",
+      "  and other processes; a step fits when its peak plus the allocator's margin is within that.\n"
+      "basis: {}\n\n",
       VRAMFIT_VERSION, to_string(Step{}.precision), to_string(Step{}.attention), cards[0].label,
-      cards[std::size(cards) - 1].label, cards[0].label, cards[0].total.count() / 1000000000);
+      cards[std::size(cards) - 1].label, cards[0].label, cards[0].total.count() / 1000000000,
+      basis(to_string(Method::closed_form), Stack::hf_peft, provenance(Stack::hf_peft)));
 
   using Align = vramfit::detail::TextTable::Align;
   vramfit::detail::TextTable table(

@@ -1,5 +1,6 @@
 // `vramfit sweep`: every (seq, batch) pair of the lists, as the record's sweep table or JSON lines
-// (one estimate a line); with --budget, exit 3 when a step does not fit.
+// (one estimate a line). With --budget, the text's exit status is 3 when a step does not fit; with
+// --json it is 0 (each line says whether its step fits), so scripts read the lines, not the status.
 
 #include <algorithm>
 #include <string>
@@ -18,7 +19,8 @@ public:
       : ModelCommand(
             add_command(parent, "sweep", "(--model NAME | --config PATH) [--seq N,N,...] [--batch N,N,...] [flags]",
                         "predict every (seq, batch) pair and print the record's sweep table",
-                        "0 success, 2 bad input, 3 with --budget: a step does not fit"),
+                        "0 success (with --json always, unless the input is bad: each line has \"fits\"),\n"
+                        "2 bad input, 3 with --budget and without --json: a step does not fit"),
             bad, {.lists = true}) {
     add_switch(*app_, "--json", json_, "print JSON lines instead of text: one object per line, a line per step");
   }
@@ -37,7 +39,7 @@ public:
                          });
     if (json_) {
       for (const Row& r : rows) fmt::print(out, "{}\n", estimate_json(model, r.step, r.estimate, budget).dump());
-      return all_fit ? exit_success : exit_does_not_fit;
+      return exit_success;
     }
     std::vector<SweepRow> table;
     for (const Row& r : rows) {
@@ -50,7 +52,8 @@ public:
                   fmt::format("seq {} x batch {}; {}", fmt::join(flags_.seqs, ","), fmt::join(flags_.batches, ","),
                               describe_setup(setup)),
                   setup);
-    fmt::print(out, "stack:  {} ({})\n", to_string(flags_.stack), method_text(rows));
+    fmt::print(out, "stack:  {} ({})\nbasis:  {}\n", to_string(flags_.stack), method_text(rows),
+               basis(method_text(rows), flags_.stack, rows.front().estimate.provenance));
     if (budget)
       fmt::print(out, "budget: {}; fits: the peak plus the allocator's margin is within it\n", budget_text(*budget));
     fmt::print(out, "\n{}", sweep_table(table));

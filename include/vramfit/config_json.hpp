@@ -217,16 +217,18 @@ inline std::optional<std::uint64_t> sliding_window(const Reader& r, const nlohma
   return window;
 }
 
+/// Every field a `validate(ModelShape)` error can name, and its config.json key.
+inline constexpr std::array<std::array<std::string_view, 2>, 7> shape_json_names = {{{"vocab", "vocab_size"},
+                                                                                    {"hidden", "hidden_size"},
+                                                                                    {"intermediate", "intermediate_size"},
+                                                                                    {"layers", "num_hidden_layers"},
+                                                                                    {"heads", "num_attention_heads"},
+                                                                                    {"kv_heads", "num_key_value_heads"},
+                                                                                    {"head_dim", "head_dim"}}};
+
 /// The config.json field that a `validate(ModelShape)` error names.
 inline std::string_view json_name(std::string_view shape_field) {
-  constexpr std::array<std::array<std::string_view, 2>, 7> names = {{{"vocab", "vocab_size"},
-                                                                     {"hidden", "hidden_size"},
-                                                                     {"intermediate", "intermediate_size"},
-                                                                     {"layers", "num_hidden_layers"},
-                                                                     {"heads", "num_attention_heads"},
-                                                                     {"kv_heads", "num_key_value_heads"},
-                                                                     {"head_dim", "head_dim"}}};
-  for (const auto& n : names)
+  for (const auto& n : shape_json_names)
     if (n[0] == shape_field) return n[1];
   return shape_field;
 }

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -23,6 +24,7 @@
 #include "vramfit/model.hpp"
 #include "vramfit/predictor.hpp"
 #include "vramfit/profiles.hpp"
+#include "vramfit/sharding.hpp"
 #include "vramfit/step.hpp"
 #include "vramfit/detail/enum_names.hpp"
 #include "vramfit/detail/programs/hf_peft.hpp"
@@ -70,6 +72,14 @@ struct RunContext {
   bool cache_emptied_after_build = false;  ///< `torch.cuda.empty_cache()` between build and step 1
 };
 
+/// Where an estimate's figures come from and how far they are checked: the GPU and software its
+/// stack's step programs (and profile) were recorded on, and what is not validated.
+struct Provenance {
+  std::string_view gpu;         ///< "NVIDIA H200"
+  std::string_view software;    ///< "torch 2.11.0+cu130, transformers 5.17.0, peft 0.21.0"
+  std::string_view unvalidated; ///< empty on one GPU; else `sharding_caveat(step)`
+};
+
 /// One step's estimate: the peak, what a budget must cover, how it was obtained and why.
 struct Estimate {
   Stack stack = Stack::hf_peft;
@@ -80,6 +90,7 @@ struct Estimate {
   Prediction closed_form;                ///< the terms by phase: the breakdown, and the fallback
   std::optional<Simulation> simulation;  ///< where a program applies
   std::string_view no_simulation;        ///< why none applies (empty when one ran)
+  Provenance provenance;                 ///< recorded on what, and what is not validated
 
   /// Whether the step fits: `required` within the budget.
   [[nodiscard]] constexpr bool fits(Budget b) const { return required <= b.usable; }
@@ -94,6 +105,11 @@ struct StackDefinition {
   static constexpr const auto& programs() {
     if constexpr (std::is_same_v<P, profiles::LibTorch>) return programs::libtorch::entries;
     else return programs::hf_peft::entries;
+  }
+  static constexpr Provenance recorded() {
+    if constexpr (std::is_same_v<P, profiles::LibTorch>)
+      return {programs::libtorch::recorded_gpu, programs::libtorch::recorded_software, {}};
+    else return {programs::hf_peft::recorded_gpu, programs::hf_peft::recorded_software, {}};
   }
   /// Bytes the process holds outside the program. hf-peft: the cuBLAS workspaces (65 MiB), and
   /// with q/k/v bias and checkpointing 1 MiB more, the cuBLASLt workspace the autograd thread
@@ -116,6 +132,14 @@ decltype(auto) visit_stack(Stack s, F&& f) {
 }
 }  // namespace detail
 
+/// The provenance of every estimate of `step` on `stack`: where the stack was recorded, and for
+/// several ranks what is not validated.
+inline Provenance provenance(Stack stack, const Step& step = {}) {
+  Provenance p = detail::visit_stack(stack, [](auto def) { return decltype(def)::recorded(); });
+  p.unvalidated = sharding_caveat(step);
+  return p;
+}
+
 /// Why no recorded program applies to this model, step and stack; empty when one does.
 inline std::string_view simulation_gap(const ModelShape& model, const Step& step, Stack stack = Stack::hf_peft) {
   return detail::visit_stack(stack, [&](auto def) {
@@ -134,6 +158,7 @@ inline Estimate estimate(const ModelShape& model, const Step& step, Stack stack 
     const typename Definition::predictor predictor;
     Estimate out;
     out.stack = stack;
+    out.provenance = provenance(stack, step);
     out.closed_form = predictor.predict(model, step);
     out.peak = out.closed_form.peak;
     out.required = out.closed_form.required;
@@ -152,6 +177,17 @@ inline Estimate estimate(const ModelShape& model, const Step& step, Stack stack 
     return out;
   });
 }
+
+/// How an answer was obtained and how far it is checked, in one line: "allocator simulation;
+/// hf-peft as recorded on NVIDIA H200 with torch ..., transformers ..., peft ...", then the
+/// unvalidated part. `method` is the method's name (or, for several estimates, their methods).
+inline std::string basis(std::string_view method, Stack stack, const Provenance& p) {
+  std::string out = fmt::format("{}; {} as recorded on {} with {} (other GPUs and versions may differ)", method,
+                                to_string(stack), p.gpu, p.software);
+  if (!p.unvalidated.empty()) out += fmt::format("; {}", p.unvalidated);
+  return out;
+}
+inline std::string basis(const Estimate& e) { return basis(to_string(e.method), e.stack, e.provenance); }
 
 /// The answer of a search for the largest batch or sequence length that fits a budget.
 struct SearchResult {
@@ -229,6 +265,7 @@ struct fmt::formatter<vramfit::Estimate> : vramfit::detail::NoFormatSpec {
     auto out = fmt::format_to(ctx.out(), "peak:      {} allocated, in the {} ({})\n", e.peak, e.phase,
                               vramfit::to_string(e.method));
     out = fmt::format_to(out, "required:  {} with the allocator's margin\n", e.required);
+    out = fmt::format_to(out, "basis:     {}\n", vramfit::basis(e));
     if (e.simulation)
       out = fmt::format_to(out, "method:    the recorded {} step program through the allocator model ({} requests, "
                                 "{} reserved); the terms below are the closed form's breakdown, {} at its peak\n",

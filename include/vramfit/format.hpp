@@ -99,11 +99,13 @@ struct SweepRow {
     if (!real || real->count() == 0) return std::nullopt;
     return static_cast<double>(predicted.count()) / static_cast<double>(real->count());
   }
-  /// The record's verdict: "over-predicts: safe" when predicted >= real (compared in bytes,
-  /// not through the rounded ratio), "UNDER-PREDICTS: unsafe" when below, "" without a real peak.
+  /// The record's verdict, compared in bytes (not through the rounded ratio): "exact" when
+  /// predicted == real, "over-predicts: safe" when above, "UNDER-PREDICTS: unsafe" when below, ""
+  /// without a real peak.
   [[nodiscard]] std::string_view verdict() const {
     if (!real) return "";
-    return predicted >= *real ? "over-predicts: safe" : "UNDER-PREDICTS: unsafe";
+    if (predicted == *real) return "exact";
+    return predicted > *real ? "over-predicts: safe" : "UNDER-PREDICTS: unsafe";
   }
 };
 
@@ -116,35 +118,45 @@ inline std::string ratio_cell(double ratio) {
 }  // namespace detail
 
 /**
- * The record's sweep table, one row per step: seq, batch, predicted, real, pred/real (3
- * decimals and "x", see `detail::ratio_cell`), verdict, realised sequence length; blank cells
- * where a value is unknown, and a "fits" column when any row has one.
+ * The record's sweep table, one row per step: seq, batch, predicted; where any row was measured,
+ * real, pred/real (3 decimals and "x", see `detail::ratio_cell`) and verdict; where any row has
+ * one, the realised sequence length and "fits". Blank cells where a row lacks a value; no column
+ * that every row would leave blank.
  *
  *      seq  batch  predicted      real  pred/real  verdict              realised
  *     2048      1   1.596 GB  1.365 GB     1.169x  over-predicts: safe      2048
  */
 inline std::string sweep_table(std::span<const SweepRow> rows) {
   using Align = detail::TextTable::Align;
-  const bool with_fits = std::any_of(rows.begin(), rows.end(), [](const SweepRow& r) { return r.fits.has_value(); });
-  std::vector<Align> columns = {Align::right, Align::right, Align::right, Align::right,
-                                Align::right, Align::left,  Align::right};
-  std::vector<std::string> heading = {"seq", "batch", "predicted", "real", "pred/real", "verdict", "realised"};
-  if (with_fits) {
-    columns.push_back(Align::left);
-    heading.emplace_back("fits");
+  const auto any = [&](auto has) { return std::any_of(rows.begin(), rows.end(), has); };
+  const bool with_real = any([](const SweepRow& r) { return r.real.has_value(); });
+  const bool with_realised = any([](const SweepRow& r) { return r.realised_seq.has_value(); });
+  const bool with_fits = any([](const SweepRow& r) { return r.fits.has_value(); });
+  std::vector<Align> columns = {Align::right, Align::right, Align::right};
+  std::vector<std::string> heading = {"seq", "batch", "predicted"};
+  const auto column = [&](Align a, std::string title) {
+    columns.push_back(a);
+    heading.push_back(std::move(title));
+  };
+  if (with_real) {
+    column(Align::right, "real");
+    column(Align::right, "pred/real");
+    column(Align::left, "verdict");
   }
+  if (with_realised) column(Align::right, "realised");
+  if (with_fits) column(Align::left, "fits");
   detail::TextTable table(std::move(columns));
   table.add_row(std::move(heading));
   for (const SweepRow& r : rows) {
-    const auto ratio = r.ratio();
-    std::vector<std::string> cells = {fmt::format("{}", r.seq),
-                                      fmt::format("{}", r.batch),
-                                      detail::scaled(r.predicted.count(), detail::decimal_byte_units, 1000, " "),
-                                      r.real ? detail::scaled(r.real->count(), detail::decimal_byte_units, 1000, " ")
-                                             : std::string(),
-                                      ratio ? detail::ratio_cell(*ratio) : std::string(),
-                                      std::string(r.verdict()),
-                                      r.realised_seq ? fmt::format("{}", *r.realised_seq) : std::string()};
+    std::vector<std::string> cells = {fmt::format("{}", r.seq), fmt::format("{}", r.batch),
+                                      detail::scaled(r.predicted.count(), detail::decimal_byte_units, 1000, " ")};
+    if (with_real) {
+      const auto ratio = r.ratio();
+      cells.push_back(r.real ? detail::scaled(r.real->count(), detail::decimal_byte_units, 1000, " ") : std::string());
+      cells.push_back(ratio ? detail::ratio_cell(*ratio) : std::string());
+      cells.emplace_back(r.verdict());
+    }
+    if (with_realised) cells.push_back(r.realised_seq ? fmt::format("{}", *r.realised_seq) : std::string());
     if (with_fits) cells.emplace_back(r.fits ? (*r.fits ? "yes" : "no") : "");
     table.add_row(std::move(cells));
   }

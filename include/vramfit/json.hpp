@@ -14,7 +14,8 @@
 ///   ("first"/"steady"), world_size, sharding ("none", ..., "hybrid:K"). Absent (or null) keys take
 ///   `Step{}`'s values, except batch and seq, which are required.
 /// - PhaseBytes: {phase key: bytes} for the five phases.
-/// - Estimate (written only): peak_bytes, required_bytes, method, phase, stack, closed_form
+/// - Estimate (written only): peak_bytes, required_bytes, method, phase, stack, provenance
+///   {basis (the CLI's line), method, recorded_gpu, recorded_software, unvalidated (null on one GPU)}, closed_form
 ///   {peak_bytes, required_bytes, phase, phases, terms [{name, bytes, phases}]}, simulation
 ///   ({available, ...figures} or {available: false, why}).
 /// A bad value throws `InvalidInput` naming the key. The writers take any nlohmann JSON type, so
@@ -180,6 +181,18 @@ void to_json(Json& j, const Simulation& s) {
        {"requests", s.requests}};
 }
 
+/// How the estimate was obtained and how far it is checked: `basis(e)`, the line the CLI prints, and
+/// its parts.
+template <class Json>
+Json provenance_json(const Estimate& e) {
+  Json j = {{"basis", basis(e)},
+            {"method", to_string(e.method)},
+            {"recorded_gpu", e.provenance.gpu},
+            {"recorded_software", e.provenance.software}};
+  j["unvalidated"] = e.provenance.unvalidated.empty() ? Json(nullptr) : Json(e.provenance.unvalidated);
+  return j;
+}
+
 template <class Json>
 void to_json(Json& j, const Estimate& e) {
   Json simulation = e.simulation ? Json(*e.simulation) : Json::object();
@@ -190,6 +203,7 @@ void to_json(Json& j, const Estimate& e) {
        {"method", to_string(e.method)},
        {"phase", e.phase},
        {"stack", to_string(e.stack)},
+       {"provenance", provenance_json<Json>(e)},
        {"closed_form", e.closed_form},
        {"simulation", std::move(simulation)}};
 }

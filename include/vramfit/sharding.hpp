@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "vramfit/bytes.hpp"
 #include "vramfit/model.hpp"
@@ -227,6 +228,17 @@ constexpr PhaseBytes sharded_parameter_bytes(const ModelShape& m, const Step& s,
 }
 
 }  // namespace detail
+
+/// What is not checked about a step on several ranks, in a clause; empty for one process on one
+/// GPU. ZeRO-1/2 in bf16 or fp16: DeepSpeed's fp32 master copy (`single_partition_of_fp32_groups`)
+/// is not counted (tests/validation/README.md#zero-1-and-zero-2-zero1-zero2).
+inline std::string_view sharding_caveat(const Step& s) {
+  if (s.single_gpu()) return "";
+  if ((s.sharding == Sharding::zero1 || s.sharding == Sharding::zero2) && s.precision != Precision::fp32)
+    return "several GPUs: read from the PyTorch and DeepSpeed sources, not validated on several GPUs; DeepSpeed's "
+           "fp32 master copy is not counted, so not an upper bound for a DeepSpeed run";
+  return "several GPUs: read from the PyTorch and DeepSpeed sources, not validated on several GPUs";
+}
 
 /// "full sharding over 8 ranks", "DDP over 4 ranks", "hybrid sharding (groups of 4) over 16
 /// ranks", or "" for one process on one GPU.

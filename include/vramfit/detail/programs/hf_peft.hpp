@@ -10,6 +10,10 @@
 
 namespace vramfit::detail::programs::hf_peft {
 
+/// Where the programs were recorded: the GPU and the software, from the traces' stack row.
+inline constexpr std::string_view recorded_gpu = "NVIDIA H200";
+inline constexpr std::string_view recorded_software = "torch 2.11.0+cu130, transformers 5.17.0, peft 0.21.0";
+
 /// One recorded kind of step.
 struct Entry {
   std::string_view arch;     ///< "llama" (no bias) or "qwen2" (q/k/v bias)
