@@ -542,6 +542,7 @@ TEST_CASE("cli: bad input exits 2 with one line on stderr naming the flag") {
       {"sweep_trailing_comma", "--batch", on_small("sweep", {"--batch", "1,4,"})},
       {"sweep_bad_item", "--seq", on_small("sweep", {"--seq", "1024,two"})},
       {"sweep_item_beyond_limit", "--batch", on_small("sweep", {"--batch", "1,2000000"})},
+      {"empty_argument", "arguments", on_small("max-batch", {"", "--budget", "24GB"})},
       {"sweep_too_many_steps", "--seq", on_small("sweep", {"--seq", "1,2,3,4,5,6,7,8,9", "--batch", "1,2,3,4"})},
       // replay
       {"replay_without_data", "--data", {"replay"}},
