@@ -616,15 +616,17 @@ TEST_CASE("cli: bad input exits 2 with one line on stderr naming the flag, and w
       {"sweep_trailing_comma", "--batch", on_small("sweep", {"--batch", "1,4,"})},
       {"sweep_bad_item", "--seq", on_small("sweep", {"--seq", "1024,two"})},
       {"sweep_item_beyond_limit", "--batch", on_small("sweep", {"--batch", "1,2000000"})},
+      {"empty_argument", "arguments", on_small("max-batch", {"", "--budget", "24GB"})},
+      {"sweep_too_many_steps", "--seq", on_small("sweep", {"--seq", "1,2,3,4,5,6,7,8,9", "--batch", "1,2,3,4"})},
       // replay
       {"replay_without_data", "--data", {"replay"}},
-      {"replay_missing_file", "measurements", {"replay", "--data", "/nonexistent/steps.jsonl"}},
+      {"replay_missing_file", "--data", {"replay", "--data", "/nonexistent/steps.jsonl"}},
       {"replay_bad_stack", "--stack", {"replay", "--data", "/nonexistent/steps.jsonl", "--stack", "tensorflow"}},
       {"replay_trace_and_data", "--trace",
        {"replay", "--trace", trace_file("x.jsonl"), "--data", "/nonexistent/steps.jsonl"}},
       {"replay_trace_with_stack", "--stack", {"replay", "--trace", trace_file("x.jsonl"), "--stack", "libtorch"}},
-      {"replay_trace_missing_file", "trace", {"replay", "--trace", "/nonexistent/trace.jsonl"}},
-      {"replay_trace_not_a_trace", "trace", {"replay", "--trace", data_file("hf_steps.jsonl")}},
+      {"replay_trace_missing_file", "--trace", {"replay", "--trace", "/nonexistent/trace.jsonl"}},
+      {"replay_trace_not_a_trace", "--trace", {"replay", "--trace", data_file("hf_steps.jsonl")}},
   };
   std::vector<Case> all = cases;
   for (const auto& [flag, values] : bad_values)
@@ -734,5 +736,15 @@ TEST_CASE("cli: the allocator simulation where a program applies") {
     holds(succeeds(0, on_small("predict", {"--seq", "100"})).out,
           {"no allocator simulation: outside the range the programs are used in"});
   }
+}
+
+TEST_CASE("cli: replay's file errors name its flag, not the library's field") {
+  const auto error = [](const std::vector<std::string>& args) { return run_vramfit(args).err; };
+  CHECK(error({"replay", "--data", "/nonexistent/steps.jsonl"}).starts_with("vramfit: error: --data: cannot open"));
+  CHECK(error({"replay", "--trace", "/nonexistent/trace.jsonl"}).starts_with("vramfit: error: --trace: cannot open"));
+  CHECK(error({"replay", "--trace", data_file("hf_steps.jsonl")})
+            .starts_with("vramfit: error: --trace: 'hf_steps.jsonl' has no row of kind \"trace\""));
+  CHECK(error({"replay", "--data", trace_file("libtorch_real_traces.jsonl.gz")})
+            .starts_with("vramfit: error: --data: "));
 }
 #endif  // VRAMFIT_HAS_CLI

@@ -135,6 +135,7 @@ InvalidInput unknown_at_top(const CLI::App& app, std::string_view arg) {
 /// The first argument a subcommand does not take; a flag another subcommand takes says so.
 InvalidInput not_taken(const CLI::App& app, const CLI::App& command, std::string_view arg) {
   const std::string see = " (see vramfit " + command.get_name() + " --help)";
+  if (arg.empty()) return InvalidInput("arguments", "unexpected empty argument ''" + see);
   if (!arg.starts_with("--"))
     return InvalidInput(arg, (arg.starts_with("-") ? "unknown flag" : "unexpected argument") + see);
   const std::string flag(arg.substr(0, arg.find('=')));

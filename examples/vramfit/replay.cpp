@@ -51,7 +51,7 @@ private:
   [[nodiscard]] bool stack_given() const { return stack_flag_->count() > 0; }
 
   int run_data(std::FILE* out) const {
-    const vramfit::detail::Measurements data = vramfit::detail::load_measurements(*data_, "hf-peft");
+    const vramfit::detail::Measurements data = vramfit::detail::load_measurements(*data_, "hf-peft", "--data");
     if (data.steps.empty()) throw InvalidInput("--data", "no measured steps in '" + data_->string() + "'");
     bool all_safe = true;
     std::vector<SweepRow> table;
@@ -102,7 +102,7 @@ private:
   }
 
   int run_trace(std::FILE* out) const {
-    const vramfit::detail::AllocatorTrace t = vramfit::detail::load_trace(*trace_);
+    const vramfit::detail::AllocatorTrace t = vramfit::detail::load_trace(*trace_, "--trace");
     const vramfit::detail::TraceReplay r = vramfit::detail::replay_trace(t);
     const bool exact =
         r.peak_allocated == t.peak_allocated && (!t.peak_requested || r.peak_requested == *t.peak_requested);

@@ -25,6 +25,20 @@ public:
     add_switch(*app_, "--json", json_, "print JSON lines instead of text: one object per line, a line per step");
   }
 
+  /// Each step is an estimate (up to about a second with a 256-layer config's simulation): a sweep
+  /// is bounded, as max-batch's search is.
+  static constexpr std::size_t max_steps = 32;
+
+  void check() const override {
+    ModelCommand::check();
+    const std::size_t seqs = flags_.seqs.size(), batches = flags_.batches.size();
+    if (seqs * batches > max_steps)
+      throw InvalidInput(seqs >= batches ? "--seq" : "--batch",
+                         fmt::format("a sweep is at most {} steps, got {} seq x {} batch = {}; split it into several "
+                                     "runs",
+                                     max_steps, seqs, batches, seqs * batches));
+  }
+
   int run(std::FILE* out, std::FILE*) const override {
     const NamedModel model = flags_.resolve();
     const std::optional<Bytes>& budget = flags_.budget;

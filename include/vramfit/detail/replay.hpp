@@ -181,9 +181,11 @@ inline std::ifstream open_jsonl(const std::filesystem::path& path, std::string_v
   return in;
 }
 
-/// Reads a measurements file; see `parse_measurements`.
-inline Measurements load_measurements(const std::filesystem::path& path, const std::string& default_stack) {
-  std::ifstream in = open_jsonl(path, "measurements");
+/// Reads a measurements file; see `parse_measurements`. `field` names the file in errors that are
+/// not about one line (the CLI's "--data").
+inline Measurements load_measurements(const std::filesystem::path& path, const std::string& default_stack,
+                                      std::string_view field = "measurements") {
+  std::ifstream in = open_jsonl(path, field);
   return parse_measurements(in, path.filename().string(), default_stack);
 }
 
@@ -209,8 +211,8 @@ struct TraceReplay {
 };
 
 /// Reads the "trace" row of trace rows (JSON lines); `source` names them in errors ("<source>:<line>:
-/// <field>"). Throws `InvalidInput`.
-inline AllocatorTrace load_trace(std::istream& in, const std::string& source) {
+/// <field>"), and `field` the whole input (the CLI's "--trace"). Throws `InvalidInput`.
+inline AllocatorTrace load_trace(std::istream& in, const std::string& source, std::string_view field = "trace") {
   std::string text;
   std::size_t line = 0;
   while (std::getline(in, text)) {
@@ -240,13 +242,14 @@ inline AllocatorTrace load_trace(std::istream& in, const std::string& source) {
     }
     return t;
   }
-  throw InvalidInput("trace", "'" + source + "' has no row of kind \"trace\"");
+  throw InvalidInput(field, "'" + source + "' has no row of kind \"trace\"");
 }
 
-/// Reads the "trace" row of a trace file; throws `InvalidInput` naming the line and field.
-inline AllocatorTrace load_trace(const std::filesystem::path& path) {
-  std::ifstream in = open_jsonl(path, "trace");
-  return load_trace(in, path.filename().string());
+/// Reads the "trace" row of a trace file; throws `InvalidInput` naming the line and field (`field`
+/// for the file as a whole).
+inline AllocatorTrace load_trace(const std::filesystem::path& path, std::string_view field = "trace") {
+  std::ifstream in = open_jsonl(path, field);
+  return load_trace(in, path.filename().string(), field);
 }
 
 /// Replays a trace's requests and frees through the allocator model, its segments placed by
