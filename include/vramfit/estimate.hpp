@@ -103,7 +103,7 @@ struct StackDefinition {
     if constexpr (std::is_same_v<P, profiles::LibTorch>) {
       return c.held_before.value_or(Bytes{});
     } else {
-      const Bytes own(P::workspace_bytes + (m.qkv_bias && s.gradient_checkpointing ? (1ULL << 20) : 0));
+      const Bytes own(P::figures.workspace_bytes + (m.qkv_bias && s.gradient_checkpointing ? (1ULL << 20) : 0));
       return c.held_before ? max(*c.held_before, own) : own;
     }
   }
