@@ -30,14 +30,14 @@ namespace detail {
 /// Bytes per adapter element under profile P (the model dtype where P says 0).
 template <StackProfile P>
 constexpr std::uint64_t adapter_element_bytes(const Step& s) {
-  return P::adapter_bytes != 0 ? P::adapter_bytes : element_bytes(s.precision);
+  return P::figures.adapter_bytes != 0 ? P::figures.adapter_bytes : element_bytes(s.precision);
 }
 
 /// Per-token bytes that one RMSNorm saves for backward.
 template <StackProfile P>
 constexpr std::uint64_t norm_saved_per_token(const ModelShape& m, const Step& s) {
   const std::uint64_t e = element_bytes(s.precision);
-  if constexpr (P::norm == NormSaves::fp32_upcast) {
+  if constexpr (P::figures.norm == NormSaves::fp32_upcast) {
     // fp32 copy and rsqrt; the pre-weight copy when the weight trains.
     return 4 * m.hidden + 4 + (s.mode == Mode::full ? e * m.hidden : 0);
   } else {
@@ -80,7 +80,7 @@ constexpr SavedTensors layer_saved_tensors(const ModelShape& m, const Step& s) {
   const bool full = s.mode == Mode::full;
   SavedTensors t;
   for (int norm = 0; norm < 2; ++norm) {
-    if constexpr (P::norm == NormSaves::fp32_upcast) {
+    if constexpr (P::figures.norm == NormSaves::fp32_upcast) {
       t.add(4 * m.hidden);
       t.add(4);
       if (full) t.add(e * m.hidden);
@@ -145,6 +145,40 @@ constexpr std::uint64_t layer_backward_transient_per_token(const ModelShape& m, 
   return 2 * e * m.hidden + (mlp > attention ? mlp : attention);
 }
 
+/// What the decoder layers keep live at the forward's end and at the backward of the last and the
+/// first layer. Without checkpointing every layer's saved set; with it, each layer's input, plus
+/// one layer's saved set once the backward recomputes it.
+struct LayerStack {
+  Bytes forward;
+  Bytes top;
+  Bytes bottom;
+};
+
+/// The stack of `layers` layers that each save `layer` (or only `input` under checkpointing).
+constexpr LayerStack layer_stack(Bytes layer, Bytes input, std::uint64_t layers, bool checkpointing) {
+  if (!checkpointing) return {layer * layers, layer * layers, layer};
+  return {input * layers, input * layers + layer, input + layer};
+}
+
+/**
+ * Bytes the CUDA caching allocator counts as allocated for a tensor of `bytes`, beyond `bytes`, in
+ * a steady step: 512 B rounding, and a segment remainder of 1 MiB or less handed over unsplit
+ * (c10's `should_split`). Rules: tests/validation/README.md#allocator-slack
+ */
+constexpr std::uint64_t block_slack(std::uint64_t bytes) {
+  constexpr std::uint64_t mib = 1ULL << 20;
+  const std::uint64_t rounded = checked_add(bytes, 511) / 512 * 512;
+  std::uint64_t slack = rounded - bytes;
+  if (rounded < mib) return slack;
+  if (rounded < 10 * mib) {
+    const std::uint64_t per_segment = (20 * mib) / rounded;
+    const std::uint64_t rest = 20 * mib - per_segment * rounded;
+    return slack + (rest <= mib ? (rest + per_segment - 1) / per_segment : 0);
+  }
+  const std::uint64_t rest = (2 * mib - rounded % (2 * mib)) % (2 * mib);  // up to the next multiple of 2 MiB
+  return slack + (rest <= mib ? rest : 0);
+}
+
 /// Bytes of the (batch x heads x seq x seq) score matrix the math backend builds, per byte of
 /// element: the caller multiplies by bytes per score.
 constexpr Bytes score_elements(const ModelShape& m, const Step& s) {
@@ -179,25 +213,17 @@ struct ActivationTerm {
     // Final norm, plus lm_head's input when lm_head trains.
     const Bytes head = bytes_of(detail::norm_saved_per_token<P>(m, s) + (full ? e * m.hidden : 0), {T});
     // int64 ids and labels; cos and sin tables (seq x head_dim each, model dtype).
-    const Bytes fixed = bytes_of(P::token_buffer_bytes, {T}) + bytes_of(2 * e, {s.seq, m.head_dimension()});
+    const Bytes fixed = bytes_of(P::figures.token_buffer_bytes, {T}) + bytes_of(2 * e, {s.seq, m.head_dimension()});
     // Full fine-tuning: the embedding's backward accumulates per token in fp32.
     const Bytes embedding_backward = full ? bytes_of(4 * m.hidden, {T}) : Bytes{};
 
+    const detail::LayerStack stack =
+        detail::layer_stack(layer, bytes_of(e * m.hidden, {T}), m.layers, s.gradient_checkpointing);
     PhaseBytes out;
-    if (!s.gradient_checkpointing) {
-      const Bytes all = layer * m.layers;
-      out[Phase::forward] = all + head + fixed;
-      out[Phase::loss_backward] = all + head + fixed;
-      out[Phase::backward_top] = all + transient + fixed;
-      out[Phase::backward_bottom] = layer + transient + fixed + embedding_backward;
-    } else {
-      const Bytes input = bytes_of(e * m.hidden, {T});
-      const Bytes inputs = input * m.layers;
-      out[Phase::forward] = inputs + head + fixed;
-      out[Phase::loss_backward] = inputs + head + fixed;
-      out[Phase::backward_top] = inputs + layer + transient + fixed;
-      out[Phase::backward_bottom] = input + layer + transient + fixed + embedding_backward;
-    }
+    out[Phase::forward] = stack.forward + head + fixed;
+    out[Phase::loss_backward] = stack.forward + head + fixed;
+    out[Phase::backward_top] = stack.top + transient + fixed;
+    out[Phase::backward_bottom] = stack.bottom + transient + fixed + embedding_backward;
     return out;
   }
 };
@@ -217,8 +243,8 @@ struct LogitsTerm {
   /// Bytes per logits element at each phase, for a step.
   static constexpr PhaseBytes per_element(const Step& s) {
     const std::uint64_t e = element_bytes(s.precision);
-    const std::uint64_t loss = (P::loss_upcast || e == 4) ? 4 : e;
-    const std::uint64_t copy = (P::loss_upcast && e != 4) ? 4 : 0;
+    const std::uint64_t loss = (P::figures.loss_upcast || e == 4) ? 4 : e;
+    const std::uint64_t copy = (P::figures.loss_upcast && e != 4) ? 4 : 0;
     const std::uint64_t kept = s.logits_retained ? e : 0;
     PhaseBytes b;
     b[Phase::forward] = Bytes(e + copy + loss);
@@ -240,7 +266,7 @@ struct LogitsTerm {
 /**
  * Weights, LoRA adapters, grads, AdamW's two moments (in the parameter's dtype) and the update's
  * temporaries. Grads appear during the backward; moments exist from the first optimizer step on
- * (`PeakOver::steady`). On several ranks: rank 0's, from `detail::sharded_parameter_bytes`.
+ * (`PeakOver::steady`). On several ranks: rank 0's (sharding.hpp).
  * @tparam P the stack profile
  */
 template <StackProfile P>
@@ -261,7 +287,7 @@ struct ParameterTerm {
   constexpr PhaseBytes operator()(const ModelShape& m, const Step& s) const {
     const std::uint64_t e = element_bytes(s.precision);
     const std::uint64_t a = detail::adapter_element_bytes<P>(s);
-    if (!s.single_gpu()) return detail::sharded_parameter_bytes(m, s, {e, a, P::adamw});
+    if (!s.single_gpu()) return detail::sharded_parameter_bytes(m, s, {e, a, P::figures.adamw});
     const bool full = s.mode == Mode::full;
     const Bytes weights = bytes_of(e, {m.parameters()});
     const Bytes adapters = bytes_of(a, {adapter_parameters(m, s)});
@@ -278,7 +304,7 @@ struct ParameterTerm {
           largest = max(largest, bytes_of(a, {s.lora.rank, d.in > d.out ? d.in : d.out}));
         }
     }
-    const Bytes temporaries = P::adamw == AdamWTemporaries::foreach_group ? trainable : largest * 2;
+    const Bytes temporaries = P::figures.adamw == AdamWTemporaries::foreach_group ? trainable : largest * 2;
     // Grads at the top of the layer backward: lm_head (or the tied embedding) and final norm,
     // plus the last layer's; for LoRA the last layer's adapters.
     const Bytes top_grads = full ? bytes_of(e, {detail::checked_add(m.embedding_parameters(), m.hidden)}) +
@@ -298,27 +324,6 @@ struct ParameterTerm {
   }
 };
 
-namespace detail {
-/**
- * Bytes the CUDA caching allocator counts as allocated for a tensor of `bytes`, beyond `bytes`, in
- * a steady step: 512 B rounding, and a segment remainder of 1 MiB or less handed over unsplit
- * (c10's `should_split`). Rules: tests/validation/README.md#allocator-slack
- */
-constexpr std::uint64_t block_slack(std::uint64_t bytes) {
-  constexpr std::uint64_t mib = 1ULL << 20;
-  const std::uint64_t rounded = checked_add(bytes, 511) / 512 * 512;
-  std::uint64_t slack = rounded - bytes;
-  if (rounded < mib) return slack;
-  if (rounded < 10 * mib) {
-    const std::uint64_t per_segment = (20 * mib) / rounded;
-    const std::uint64_t rest = 20 * mib - per_segment * rounded;
-    return slack + (rest <= mib ? (rest + per_segment - 1) / per_segment : 0);
-  }
-  const std::uint64_t rest = (2 * mib - rounded % (2 * mib)) % (2 * mib);  // up to the next multiple of 2 MiB
-  return slack + (rest <= mib ? rest : 0);
-}
-}  // namespace detail
-
 /**
  * The caching allocator's slack: what it counts as allocated beyond what the live tensors asked
  * for (`detail::block_slack` per saved activation, loss buffer and, in full fine-tuning, grad).
@@ -336,11 +341,10 @@ struct AllocatorSlackTerm {
     const std::uint64_t T = s.tokens();
     const std::uint64_t e = element_bytes(s.precision);
     const detail::SavedTensors saved = detail::layer_saved_tensors<P>(m, s);
-    std::uint64_t layer = 0;
-    for (std::size_t k = 0; k < saved.count; ++k) layer += block_slack(checked_mul(saved.per_token[k], T));
+    Bytes layer;
+    for (std::size_t k = 0; k < saved.count; ++k) layer += Bytes(block_slack(checked_mul(saved.per_token[k], T)));
     const std::uint64_t input = block_slack(checked_mul(e * m.hidden, T));
-    const std::uint64_t top = s.gradient_checkpointing ? input * m.layers + layer : layer * m.layers;
-    const std::uint64_t bottom = s.gradient_checkpointing ? input + layer : layer;
+    const detail::LayerStack stack = detail::layer_stack(layer, Bytes(input), m.layers, s.gradient_checkpointing);
     // The loss's buffers (logits, fp32 copy, log-softmax, its grads) and the final norm's input.
     const std::uint64_t elements = checked_mul(T, m.vocab);
     const std::uint64_t loss = block_slack(checked_mul(e, elements)) + 3 * block_slack(checked_mul(4, elements)) +
@@ -357,11 +361,12 @@ struct AllocatorSlackTerm {
     }
     const std::uint64_t grads_top = full ? layer_grads + head_grads : 0;
     const std::uint64_t grads_all = full ? checked_mul(layer_grads, m.layers) + head_grads : 0;
+    // Under checkpointing the forward's end is charged one layer's saved set too.
     PhaseBytes out;
-    out[Phase::forward] = Bytes(top + loss);
-    out[Phase::loss_backward] = Bytes(top + loss);
-    out[Phase::backward_top] = Bytes(top + grads_top);
-    out[Phase::backward_bottom] = Bytes(bottom + grads_all);
+    out[Phase::forward] = stack.top + Bytes(loss);
+    out[Phase::loss_backward] = stack.top + Bytes(loss);
+    out[Phase::backward_top] = stack.top + Bytes(grads_top);
+    out[Phase::backward_bottom] = stack.bottom + Bytes(grads_all);
     out[Phase::optimizer_step] = Bytes(grads_all);
     return out;
   }
@@ -376,7 +381,7 @@ struct WorkspaceTerm {
   using profile = P;
   constexpr PhaseBytes operator()(const ModelShape&, const Step&) const {
     PhaseBytes out;
-    out.add_everywhere(Bytes(P::workspace_bytes));
+    out.add_everywhere(Bytes(P::figures.workspace_bytes));
     return out;
   }
 };
