@@ -117,8 +117,9 @@ inline std::string ratio_cell(double ratio) {
 
 /**
  * The record's sweep table, one row per step: seq, batch, predicted, real, pred/real (3
- * decimals and "x", see `detail::ratio_cell`), verdict, realised sequence length; blank cells
- * where a value is unknown, and a "fits" column when any row has one.
+ * decimals and "x", rounded down under 1 so an under-prediction never reads 1.000x), verdict,
+ * realised sequence length; blank cells where a value is unknown, and a "fits" column when any
+ * row has one.
  *
  *      seq  batch  predicted      real  pred/real  verdict              realised
  *     2048      1   1.596 GB  1.365 GB     1.169x  over-predicts: safe      2048
