@@ -34,6 +34,9 @@ struct StackFigures {
   AdamWTemporaries adamw;           ///< temporaries of AdamW's update
   std::uint64_t token_buffer_bytes; ///< per token: ids, labels and their copies
   std::uint64_t workspace_bytes;    ///< cuBLAS workspaces, held for the whole run
+  /// A cuBLASLt workspace the autograd thread may take on top (measured with q/k/v bias and
+  /// checkpointing), kept by the process for the steps after
+  std::uint64_t autograd_workspace_bytes = 0;
 };
 
 /// A stack profile: a static `name` (as `--stack` takes it) and its static `figures`.
@@ -55,7 +58,7 @@ struct HfPeft {
   static constexpr std::string_view name = "hf-peft";
   static constexpr StackFigures figures{.norm = NormSaves::fp32_upcast, .adapter_bytes = 4, .loss_upcast = true,
                                         .adamw = AdamWTemporaries::foreach_group, .token_buffer_bytes = 4 * 8,
-                                        .workspace_bytes = 65ULL << 20};
+                                        .workspace_bytes = 65ULL << 20, .autograd_workspace_bytes = 1ULL << 20};
 };
 
 /**

@@ -5,6 +5,7 @@
 /// r rank, e and a bytes per model and adapter element. Derivations and measured figures:
 /// tests/validation/README.md#cost-terms
 
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
 #include <string_view>
@@ -179,6 +180,24 @@ constexpr std::uint64_t block_slack(std::uint64_t bytes) {
   return slack + (rest <= mib ? rest : 0);
 }
 
+/**
+ * The most the caching allocator can count as allocated for a tensor of `bytes`, beyond `bytes`,
+ * whatever blocks it holds: the 512 B rounding (`round_size`), and for the large pool (over
+ * kSmallSize = 1 MiB) a remainder of up to 1 MiB handed over unsplit (`should_split` splits a
+ * large block only when more than 1 MiB would remain; a small block whenever 512 B would, so
+ * exactly). Rules: tests/validation/README.md#closed-form-as-an-upper-bound
+ */
+constexpr std::uint64_t block_slack_bound(std::uint64_t bytes) {
+  constexpr std::uint64_t mib = 1ULL << 20;
+  const std::uint64_t rounded = bytes < 512 ? 512 : checked_add(bytes, 511) / 512 * 512;
+  return rounded - bytes + (rounded > mib ? mib : 0);
+}
+
+/// The sum of `block_slack_bound` over `count` tensors of `bytes` each.
+constexpr Bytes blocks_slack_bound(std::uint64_t bytes, std::uint64_t count = 1) {
+  return Bytes(checked_mul(block_slack_bound(bytes), count));
+}
+
 /// Bytes of the (batch x heads x seq x seq) score matrix the math backend builds, per byte of
 /// element: the caller multiplies by bytes per score.
 constexpr Bytes score_elements(const ModelShape& m, const Step& s) {
@@ -316,35 +335,34 @@ struct ParameterTerm {
     const Bytes persistent = weights + (full ? Bytes{} : adapters) + (s.peak_over == PeakOver::steady ? moments : Bytes{});
     PhaseBytes out;
     out[Phase::forward] = persistent;
-    out[Phase::loss_backward] = persistent;
-    out[Phase::backward_top] = persistent + top_grads;
-    out[Phase::backward_bottom] = persistent + trainable + tied_extra;
+    out[Phase::loss_backward] += persistent;
+    out[Phase::backward_top] += persistent + top_grads;
+    out[Phase::backward_bottom] += persistent + trainable + tied_extra;
     out[Phase::optimizer_step] = weights + (full ? Bytes{} : adapters) + trainable + moments + temporaries;
     return out;
   }
 };
 
+namespace detail {
 /**
- * The caching allocator's slack: what it counts as allocated beyond what the live tensors asked
- * for (`detail::block_slack` per saved activation, loss buffer and, in full fine-tuning, grad).
- * Measured on the H200 at the peak of 176 HF steps: up to 184 MB.
+ * The slack the caching allocator is expected to count in a steady step of a fresh process
+ * (`block_slack` per saved activation, loss buffer and, in full fine-tuning, grad): the closed
+ * form's figure before it became a bound, kept for `required` where the simulation runs.
  * @tparam P the stack profile
  */
 template <StackProfile P>
-struct AllocatorSlackTerm {
+struct ExpectedSlackTerm {
   static constexpr std::string_view name = "allocator slack";
   using profile = P;
 
   constexpr PhaseBytes operator()(const ModelShape& m, const Step& s) const {
-    using detail::block_slack;
-    using detail::checked_mul;
     const std::uint64_t T = s.tokens();
     const std::uint64_t e = element_bytes(s.precision);
-    const detail::SavedTensors saved = detail::layer_saved_tensors<P>(m, s);
+    const SavedTensors saved = layer_saved_tensors<P>(m, s);
     Bytes layer;
     for (std::size_t k = 0; k < saved.count; ++k) layer += Bytes(block_slack(checked_mul(saved.per_token[k], T)));
     const std::uint64_t input = block_slack(checked_mul(e * m.hidden, T));
-    const detail::LayerStack stack = detail::layer_stack(layer, Bytes(input), m.layers, s.gradient_checkpointing);
+    const LayerStack stack = layer_stack(layer, Bytes(input), m.layers, s.gradient_checkpointing);
     // The loss's buffers (logits, fp32 copy, log-softmax, its grads) and the final norm's input.
     const std::uint64_t elements = checked_mul(T, m.vocab);
     const std::uint64_t loss = block_slack(checked_mul(e, elements)) + 3 * block_slack(checked_mul(4, elements)) +
@@ -368,6 +386,113 @@ struct AllocatorSlackTerm {
     out[Phase::backward_top] = stack.top + Bytes(grads_top);
     out[Phase::backward_bottom] = stack.bottom + Bytes(grads_all);
     out[Phase::optimizer_step] = Bytes(grads_all);
+    return out;
+  }
+};
+}  // namespace detail
+
+/**
+ * The caching allocator's slack, bounded: what its rules let it count as allocated beyond what
+ * the live tensors asked for, `detail::block_slack_bound` summed over every tensor live at each
+ * phase (weights, adapters, grads, moments, AdamW's temporaries, saved activations, the backward's
+ * transients, the loss's buffers), plus the autograd thread's cuBLASLt workspace, which a process
+ * may hold and `WorkspaceTerm` leaves out. Makes the closed form an upper bound of the allocated peak.
+ * @tparam P the stack profile
+ */
+template <StackProfile P>
+struct AllocatorSlackTerm {
+  static constexpr std::string_view name = "allocator slack";
+  using profile = P;
+
+  constexpr PhaseBytes operator()(const ModelShape& m, const Step& s) const {
+    using detail::blocks_slack_bound;
+    using detail::checked_mul;
+    const std::uint64_t e = element_bytes(s.precision);
+    const std::uint64_t a = detail::adapter_element_bytes<P>(s);
+    const std::uint64_t T = s.tokens();
+    const bool full = s.mode == Mode::full;
+
+    // Parameters: one tensor each. Per layer: projections, q/k/v biases, two norms.
+    Bytes layer_weights, layer_adapters;
+    for (Module mod : all_modules) {
+      if (!m.has(mod)) continue;
+      const auto d = m.dims(mod);
+      layer_weights += blocks_slack_bound(checked_mul(e, checked_mul(d.in, d.out)));
+      if (!full && s.adapted(mod))
+        layer_adapters += blocks_slack_bound(checked_mul(a, checked_mul(s.lora.rank, d.in))) +
+                          blocks_slack_bound(checked_mul(a, checked_mul(s.lora.rank, d.out)));
+    }
+    if (m.qkv_bias)
+      layer_weights += blocks_slack_bound(e * m.q_width()) + blocks_slack_bound(e * m.kv_width(), 2);
+    layer_weights += blocks_slack_bound(e * m.hidden, 2);
+    const Bytes head_weights = blocks_slack_bound(checked_mul(e, m.embedding_parameters()), m.tied_embeddings ? 1 : 2) +
+                               blocks_slack_bound(e * m.hidden);
+    const Bytes weights = layer_weights * m.layers + head_weights;
+    const Bytes adapters = layer_adapters * m.layers;
+    const Bytes trainable = full ? weights : adapters;  // a grad, a moment or a temporary per trainable tensor
+    const Bytes top_grads = full ? head_weights + layer_weights : layer_adapters;
+    const Bytes tied_extra =
+        full && m.tied_embeddings ? blocks_slack_bound(checked_mul(e, m.embedding_parameters())) : Bytes{};
+    const Bytes moments = trainable * 2;
+    Bytes temporaries = trainable;
+    if constexpr (P::figures.adamw == AdamWTemporaries::per_tensor) {
+      std::uint64_t largest = full ? checked_mul(e, m.largest_tensor()) : 0;
+      for (Module mod : all_modules)
+        if (!full && m.has(mod) && s.adapted(mod)) {
+          const auto d = m.dims(mod);
+          largest = std::max(largest, checked_mul(a, checked_mul(s.lora.rank, std::max(d.in, d.out))));
+        }
+      temporaries = blocks_slack_bound(largest, 2);
+    }
+    const Bytes persistent = weights + adapters + (s.peak_over == PeakOver::steady ? moments : Bytes{});
+
+    // Activations: each saved tensor of a layer, the checkpointed inputs, the backward's transients.
+    const detail::SavedTensors saved = detail::layer_saved_tensors<P>(m, s);
+    Bytes layer;
+    for (std::size_t k = 0; k < saved.count; ++k) layer += blocks_slack_bound(checked_mul(saved.per_token[k], T));
+    Bytes transient_scores;
+    if (s.attention == Attention::math) {
+      const std::uint64_t scores = detail::score_elements(m, s).count();
+      layer += blocks_slack_bound(checked_mul(4, scores));
+      transient_scores = blocks_slack_bound(checked_mul(4, scores), 3);
+    }
+    const detail::LayerStack stack = detail::layer_stack(layer, blocks_slack_bound(checked_mul(e * m.hidden, T)),
+                                                         m.layers, s.gradient_checkpointing);
+    // The transients: the hidden state's two grads and the larger set of the MLP's grads and
+    // attention's dq/dk/dv with their fp32 accumulators (`layer_backward_transient_per_token`).
+    Bytes mlp = blocks_slack_bound(checked_mul(e * m.intermediate, T), m.gated_mlp ? 3 : 2);
+    if (s.adapted(Module::down_proj) && a != e)
+      mlp += blocks_slack_bound(checked_mul(a * m.intermediate, T)) + blocks_slack_bound(checked_mul(e * m.intermediate, T));
+    Bytes attention = blocks_slack_bound(checked_mul(e * m.q_width(), T)) +
+                      blocks_slack_bound(checked_mul(e * m.kv_width(), T), 2) +
+                      blocks_slack_bound(checked_mul(4 * m.q_width(), T)) + blocks_slack_bound(checked_mul(4 * m.heads, T));
+    if (m.kv_heads != m.heads) attention += blocks_slack_bound(checked_mul(e * m.q_width(), T), 2);
+    const Bytes transient = blocks_slack_bound(checked_mul(e * m.hidden, T), 2) + max(mlp, attention) + transient_scores;
+    // The final norm's saved set and lm_head's input; ids, labels, cos and sin; the embedding's grad.
+    Bytes head = blocks_slack_bound(checked_mul(e * m.hidden, T), full ? 2 : 1) + blocks_slack_bound(checked_mul(4, T));
+    if constexpr (P::figures.norm == NormSaves::fp32_upcast) head += blocks_slack_bound(checked_mul(4 * m.hidden, T));
+    const Bytes fixed = blocks_slack_bound(checked_mul(8, T), P::figures.token_buffer_bytes / 8) +
+                        blocks_slack_bound(checked_mul(e * s.seq, m.head_dimension()), 2);
+    const Bytes embedding_backward = full ? blocks_slack_bound(checked_mul(4 * m.hidden, T)) : Bytes{};
+
+    // The loss: logits, fp32 copy and log-softmax, then three loss-sized buffers; retained logits.
+    const std::uint64_t elements = checked_mul(T, m.vocab);
+    const std::uint64_t loss = (P::figures.loss_upcast || e == 4) ? 4 : e;
+    const bool copy = P::figures.loss_upcast && e != 4;
+    const Bytes kept = s.logits_retained ? blocks_slack_bound(checked_mul(e, elements)) : Bytes{};
+    const Bytes logits_forward = blocks_slack_bound(checked_mul(e, elements)) +
+                                 (copy ? blocks_slack_bound(checked_mul(4, elements)) : Bytes{}) +
+                                 blocks_slack_bound(checked_mul(loss, elements));
+    const Bytes logits_backward = blocks_slack_bound(checked_mul(loss, elements), 3) + kept;
+
+    PhaseBytes out;
+    out.add_everywhere(Bytes(P::figures.autograd_workspace_bytes));
+    out[Phase::forward] += persistent + stack.forward + head + fixed + logits_forward;
+    out[Phase::loss_backward] += persistent + stack.forward + head + fixed + logits_backward;
+    out[Phase::backward_top] += persistent + top_grads + stack.top + transient + fixed + kept;
+    out[Phase::backward_bottom] += persistent + trainable + tied_extra + stack.bottom + transient + fixed +
+                                  embedding_backward + kept;
+    out[Phase::optimizer_step] += weights + adapters + trainable + moments + temporaries + kept;
     return out;
   }
 };
