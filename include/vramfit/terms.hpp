@@ -343,54 +343,6 @@ struct ParameterTerm {
   }
 };
 
-namespace detail {
-/**
- * The slack the caching allocator is expected to count in a steady step of a fresh process
- * (`block_slack` per saved activation, loss buffer and, in full fine-tuning, grad): the closed
- * form's figure before it became a bound, kept for `required` where the simulation runs.
- * @tparam P the stack profile
- */
-template <StackProfile P>
-struct ExpectedSlackTerm {
-  static constexpr std::string_view name = "allocator slack";
-  using profile = P;
-
-  constexpr PhaseBytes operator()(const ModelShape& m, const Step& s) const {
-    const std::uint64_t T = s.tokens();
-    const std::uint64_t e = element_bytes(s.precision);
-    const SavedTensors saved = layer_saved_tensors<P>(m, s);
-    Bytes layer;
-    for (std::size_t k = 0; k < saved.count; ++k) layer += Bytes(block_slack(checked_mul(saved.per_token[k], T)));
-    const std::uint64_t input = block_slack(checked_mul(e * m.hidden, T));
-    const LayerStack stack = layer_stack(layer, Bytes(input), m.layers, s.gradient_checkpointing);
-    // The loss's buffers (logits, fp32 copy, log-softmax, its grads) and the final norm's input.
-    const std::uint64_t elements = checked_mul(T, m.vocab);
-    const std::uint64_t loss = block_slack(checked_mul(e, elements)) + 3 * block_slack(checked_mul(4, elements)) +
-                               2 * input;
-    // Full fine-tuning: the grads, one per weight. (Not the weights: their packing follows the
-    // model's construction order; measured slack there is under 9 MB.)
-    const bool full = s.mode == Mode::full;
-    std::uint64_t layer_grads = 0;
-    std::uint64_t head_grads = 0;
-    if (full) {
-      for (Module mod : all_modules)
-        if (m.has(mod)) layer_grads += block_slack(checked_mul(e, checked_mul(m.dims(mod).in, m.dims(mod).out)));
-      head_grads = block_slack(checked_mul(e, m.embedding_parameters())) * (m.tied_embeddings ? 1 : 2);
-    }
-    const std::uint64_t grads_top = full ? layer_grads + head_grads : 0;
-    const std::uint64_t grads_all = full ? checked_mul(layer_grads, m.layers) + head_grads : 0;
-    // Under checkpointing the forward's end is charged one layer's saved set too.
-    PhaseBytes out;
-    out[Phase::forward] = stack.top + Bytes(loss);
-    out[Phase::loss_backward] = stack.top + Bytes(loss);
-    out[Phase::backward_top] = stack.top + Bytes(grads_top);
-    out[Phase::backward_bottom] = stack.bottom + Bytes(grads_all);
-    out[Phase::optimizer_step] = Bytes(grads_all);
-    return out;
-  }
-};
-}  // namespace detail
-
 /**
  * The caching allocator's slack, bounded: what its rules let it count as allocated beyond what
  * the live tensors asked for, `detail::block_slack_bound` summed over every tensor live at each
@@ -496,6 +448,54 @@ struct AllocatorSlackTerm {
     return out;
   }
 };
+
+namespace detail {
+/**
+ * The slack the caching allocator is expected to count in a steady step of a fresh process
+ * (`block_slack` per saved activation, loss buffer and, in full fine-tuning, grad): the closed
+ * form's figure before it became a bound, kept for `required` where the simulation runs.
+ * @tparam P the stack profile
+ */
+template <StackProfile P>
+struct ExpectedSlackTerm {
+  static constexpr std::string_view name = "allocator slack";
+  using profile = P;
+
+  constexpr PhaseBytes operator()(const ModelShape& m, const Step& s) const {
+    const std::uint64_t T = s.tokens();
+    const std::uint64_t e = element_bytes(s.precision);
+    const SavedTensors saved = layer_saved_tensors<P>(m, s);
+    Bytes layer;
+    for (std::size_t k = 0; k < saved.count; ++k) layer += Bytes(block_slack(checked_mul(saved.per_token[k], T)));
+    const std::uint64_t input = block_slack(checked_mul(e * m.hidden, T));
+    const LayerStack stack = layer_stack(layer, Bytes(input), m.layers, s.gradient_checkpointing);
+    // The loss's buffers (logits, fp32 copy, log-softmax, its grads) and the final norm's input.
+    const std::uint64_t elements = checked_mul(T, m.vocab);
+    const std::uint64_t loss = block_slack(checked_mul(e, elements)) + 3 * block_slack(checked_mul(4, elements)) +
+                               2 * input;
+    // Full fine-tuning: the grads, one per weight. (Not the weights: their packing follows the
+    // model's construction order; measured slack there is under 9 MB.)
+    const bool full = s.mode == Mode::full;
+    std::uint64_t layer_grads = 0;
+    std::uint64_t head_grads = 0;
+    if (full) {
+      for (Module mod : all_modules)
+        if (m.has(mod)) layer_grads += block_slack(checked_mul(e, checked_mul(m.dims(mod).in, m.dims(mod).out)));
+      head_grads = block_slack(checked_mul(e, m.embedding_parameters())) * (m.tied_embeddings ? 1 : 2);
+    }
+    const std::uint64_t grads_top = full ? layer_grads + head_grads : 0;
+    const std::uint64_t grads_all = full ? checked_mul(layer_grads, m.layers) + head_grads : 0;
+    // Under checkpointing the forward's end is charged one layer's saved set too.
+    PhaseBytes out;
+    out[Phase::forward] = stack.top + Bytes(loss);
+    out[Phase::loss_backward] = stack.top + Bytes(loss);
+    out[Phase::backward_top] = stack.top + Bytes(grads_top);
+    out[Phase::backward_bottom] = stack.bottom + Bytes(grads_all);
+    out[Phase::optimizer_step] = Bytes(grads_all);
+    return out;
+  }
+};
+}  // namespace detail
 
 /// Allocations that live for the whole run outside the model: the cuBLAS / cuBLASLt workspaces
 /// the caching allocator hands out on the first matmul and keeps.
