@@ -5,8 +5,9 @@
 // - a fit decision is safe: `required` (peak plus the allocator margin) is at or above the real
 //   allocated peak of every measured step, first and steady state;
 // - max-batch under an allocator cap is the real largest batch or one below it, never above;
-// - the closed-form peak stays within the measured envelope (a guard against regressions):
-//   hf-peft 0.975 to 1.015, libtorch 0.965 to 1.13 (its first step over-predicts by up to 12%);
+// - the closed-form peak is an upper bound of every measured allocated peak (its slack bounded by
+//   the allocator's rules), shared-process steps and the fit trials included, within a looseness
+//   of 1.43 (small models: hundreds of blocks that may each hold 1 MiB unsplit), median under 1.05;
 // - the exact path (recorded step programs through the allocator model, vramfit/detail/simulate.hpp):
 //   every measured step of a recorded kind at or above its real peak, within 0.5%, mostly to
 //   the byte, for both stacks (hf-peft arms each in a process of their own, as a trainer runs);
@@ -16,6 +17,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -69,7 +71,7 @@ void replay_steps(const Measurements& data, const Predictor& predictor, Envelope
 }  // namespace
 
 TEST_CASE("hf-peft: measured HF transformers + PEFT steps (H200, torch 2.11, transformers 5.17, peft 0.21)") {
-  replay_steps(load("hf_steps.jsonl", "hf-peft"), HfPeftPredictor{}, {0.975, 1.015}, 150);
+  replay_steps(load("hf_steps.jsonl", "hf-peft"), HfPeftPredictor{}, {1.0, 1.29}, 150);
 }
 
 TEST_CASE("hf-peft: max-batch under an allocator cap is the real largest batch or one below it") {
@@ -87,7 +89,7 @@ TEST_CASE("hf-peft: max-batch under an allocator cap is the real largest batch o
 }
 
 TEST_CASE("libtorch: measured reference steps of the Probe (H200, LibTorch 2.11)") {
-  replay_steps(load("libtorch_steps.jsonl", "libtorch"), LibTorchPredictor{}, {0.965, 1.13}, 100);
+  replay_steps(load("libtorch_steps.jsonl", "libtorch"), LibTorchPredictor{}, {1.0, 1.42}, 100);
 }
 
 namespace {
@@ -278,9 +280,10 @@ SimulatedTally replay_held_out(const Measurements& data, Stack stack, double low
 // addresses, gives the peak to the byte; the driver's order misses it at every headroom the
 // simulation runs: tests/allocator_test.cpp). These checks led to the scattered placements, so they are no longer
 // held out from it; the second set below is.
+// Two Qwen2.5-1.5B arms (lines 12 and 22) have no program: their peak is the closed form's bound.
 TEST_CASE("hf-peft: first held-out set: models, ranks and lengths in no other data") {
   const SimulatedTally t = replay_held_out(
-      load("hf_heldout.jsonl", "hf-peft"), Stack::hf_peft, 1.0, 1.004);
+      load("hf_heldout.jsonl", "hf-peft"), Stack::hf_peft, 1.0, 1.02);
   CHECK(t.checks == 40);
   CHECK(t.under == 0);
 }
@@ -324,8 +327,12 @@ TEST_CASE("estimate: required is the simulated peak plus the margin where the si
   CHECK(e.method == Method::allocator_simulation);
   CHECK(e.peak == e.simulation->peak);
   CHECK(e.peak.count() == 3634080256);
-  CHECK(e.peak > e.closed_form.peak);
-  CHECK(e.closed_form.required.count() == 3817239744);
+  // The closed form's expected figure (not its bound, which is above the simulation) and its margin.
+  const Prediction expected =
+      StackDefinition<profiles::HfPeft>::expected_predictor{}.predict(*find_preset("SmolLM2-135M"), Step{.batch = 1, .seq = 2048, .mode = Mode::full});
+  CHECK(e.peak > expected.peak);
+  CHECK(expected.required.count() == 3817239744);
+  CHECK(e.closed_form.peak > e.peak);
   CHECK(e.required == e.peak + HfPeftPredictor{}.margin()(e.peak));
   CHECK(e.required.count() == 3846552360);
 }
@@ -338,4 +345,70 @@ TEST_CASE("libtorch: the Probe's steps after the house move meet the estimate") 
       replay_held_out(load("libtorch_probe_2026-12-04.jsonl", "libtorch"), Stack::libtorch, 1.0, 1.0001);
   CHECK(t.checks == 8);
   CHECK(t.under == 0);
+}
+
+namespace {
+// The fit trials' completed runs (tests/data/trials_13.jsonl: HF + PEFT, three steps each in a
+// fresh process under a memory fraction, default allocator and expandable segments): the model,
+// the step and the measured allocated peak over the run.
+std::vector<MeasuredStep> completed_trials() {
+  const std::string path = std::string(VRAMFIT_TEST_DATA_DIR) + "/trials_13.jsonl";
+  std::ifstream in = open_jsonl(path, "trials");
+  std::vector<MeasuredStep> out;
+  std::string text;
+  for (std::size_t line = 1; std::getline(in, text); ++line) {
+    const std::string where = "trials_13.jsonl:" + std::to_string(line);
+    const nlohmann::json row = parse_row(text, where);
+    if (optional_string(row, "kind", "", where) != "trial" || optional_string(row, "outcome", "", where) != "ok") continue;
+    MeasuredStep m{optional_string(row, "model", "custom", where), "hf-peft", shape_from(row, where),
+                   step_from(row, where, true), {}, {}, 0, line, {}, false};
+    m.real_steady = Bytes(require_count(row, "allocated_peak", where));
+    out.push_back(m);
+  }
+  return out;
+}
+}  // namespace
+
+// The closed form where no program applies is the prediction; with the allocator's slack bounded
+// by its rules (terms.hpp: `AllocatorSlackTerm`; tests/validation/README.md, "Closed form as an
+// upper bound") it is at or above every measured allocated peak: each arm in its own process,
+// arms sharing one after other shapes, held-out sets, the Probe's steps, the fit trials.
+TEST_CASE("closed form: an upper bound of every measured allocated peak") {
+  std::vector<double> looseness;
+  // Steps: first and steady; a trial's peak is over its three steps, so steady only.
+  const auto bound = [&](const std::vector<MeasuredStep>& steps, Stack stack, bool with_first = true) {
+    for (const MeasuredStep& m : steps)
+      for (PeakOver over : {PeakOver::first_step, PeakOver::steady}) {
+        if (over == PeakOver::first_step && !with_first) continue;
+        Step s = m.step;
+        s.peak_over = over;
+        const Bytes closed = stack == Stack::libtorch ? LibTorchPredictor{}.predict(m.shape, s).peak
+                                                      : HfPeftPredictor{}.predict(m.shape, s).peak;
+        CAPTURE(m.line);
+        CAPTURE(m.model);
+        CAPTURE(to_string(over));
+        CHECK(closed >= m.real(over));
+        looseness.push_back(static_cast<double>(closed.count()) / static_cast<double>(m.real(over).count()));
+      }
+  };
+  for (const char* file : {"hf_steps.jsonl", "hf_steps_shared_process.jsonl", "hf_heldout.jsonl", "hf_heldout_2.jsonl"}) {
+    CAPTURE(std::string(file));
+    bound(load(file, "hf-peft").steps, Stack::hf_peft);
+  }
+  for (const char* file : {"libtorch_steps.jsonl", "libtorch_heldout.jsonl", "libtorch_heldout_isolated.jsonl",
+                           "libtorch_heldout_2.jsonl", "libtorch_probe_2026-12-04.jsonl"}) {
+    CAPTURE(std::string(file));
+    bound(load(file, "libtorch").steps, Stack::libtorch);
+  }
+  const std::vector<MeasuredStep> trials = completed_trials();
+  CHECK(trials.size() >= 35);
+  bound(trials, Stack::hf_peft, false);
+  REQUIRE(looseness.size() >= 1100);
+  std::sort(looseness.begin(), looseness.end());
+  const double median = looseness[looseness.size() / 2];
+  MESSAGE("closed form / measured allocated peak over " << looseness.size() << " checks: min " << looseness.front()
+                                                        << ", median " << median << ", max " << looseness.back());
+  CHECK(looseness.front() >= 1.0);
+  CHECK(median <= 1.05);
+  CHECK(looseness.back() <= 1.43);
 }

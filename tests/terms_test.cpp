@@ -294,17 +294,56 @@ TEST_CASE("block_slack follows the caching allocator's block rules") {
   CHECK(block_slack(6 * mib + mib / 2) == (mib / 2 + 2) / 3);
 }
 
-TEST_CASE("AllocatorSlackTerm: the slack of every live tensor, by phase") {
+TEST_CASE("ExpectedSlackTerm: the slack of every live tensor, by phase") {
+  using vramfit::detail::ExpectedSlackTerm;
   // Qwen2.5-0.5B, LoRA on q_proj,v_proj, 1 x 2048 tokens: the three MLP tensors of each of the
   // 24 layers carry 1 MiB each; they are live through the forward and the top of the backward.
   const ModelShape qwen = *vramfit::find_preset("Qwen2.5-0.5B");
   const Step s{.batch = 1, .seq = 2048};
-  const PhaseBytes slack = AllocatorSlackTerm<HfPeft>{}(qwen, s);
+  const PhaseBytes slack = ExpectedSlackTerm<HfPeft>{}(qwen, s);
   CHECK(slack[Phase::loss_backward].count() >= 3ULL * 24 * (1ULL << 20));
   CHECK(slack[Phase::backward_top].count() >= 3ULL * 24 * (1ULL << 20));
   CHECK(slack[Phase::backward_bottom].count() < slack[Phase::backward_top].count());  // one layer left
   CHECK(slack[Phase::optimizer_step].count() < (1ULL << 20));                         // LoRA: no weight-sized grads
   // At 4096 tokens those tensors are 38 MiB, a multiple of 2 MiB: almost no slack.
-  const PhaseBytes even = AllocatorSlackTerm<HfPeft>{}(qwen, Step{.batch = 1, .seq = 4096});
+  const PhaseBytes even = ExpectedSlackTerm<HfPeft>{}(qwen, Step{.batch = 1, .seq = 4096});
   CHECK(even[Phase::loss_backward].count() < slack[Phase::loss_backward].count() / 4);
+}
+
+TEST_CASE("block_slack_bound: the most a live block can hold beyond its request") {
+  using vramfit::detail::block_slack_bound;
+  constexpr std::uint64_t mib = 1ULL << 20;
+  CHECK(block_slack_bound(1) == 511);               // round_size: at least 512 B
+  CHECK(block_slack_bound(1000) == 24);             // small pool: split whenever 512 B remain
+  CHECK(block_slack_bound(mib) == 0);               // kSmallSize itself is a small request
+  CHECK(block_slack_bound(mib + 1) == 511 + mib);   // large pool: up to 1 MiB left unsplit
+  CHECK(block_slack_bound(19922944) == mib);        // whatever the expected rule says (here 1 MiB too)
+  CHECK(block_slack_bound(39845888) == mib);        // a cached block may leave 1 MiB where a fresh segment leaves none
+}
+
+TEST_CASE("AllocatorSlackTerm bounds the expected slack at every phase") {
+  using vramfit::detail::ExpectedSlackTerm;
+  for (const char* name : {"SmolLM2-135M", "Qwen2.5-0.5B", "Llama-3.2-1B"})
+    for (const Mode mode : {Mode::lora, Mode::full})
+      for (const bool checkpointing : {false, true})
+        for (const std::uint64_t seq : {512ULL, 2048ULL, 4096ULL}) {
+          const ModelShape m = *vramfit::find_preset(name);
+          const Step s{.batch = 2, .seq = seq, .mode = mode, .gradient_checkpointing = checkpointing};
+          const PhaseBytes bound = AllocatorSlackTerm<HfPeft>{}(m, s);
+          const PhaseBytes expected = ExpectedSlackTerm<HfPeft>{}(m, s);
+          const PhaseBytes lean = AllocatorSlackTerm<LibTorch>{}(m, s);
+          const PhaseBytes lean_expected = ExpectedSlackTerm<LibTorch>{}(m, s);
+          CAPTURE(name);
+          CAPTURE(seq);
+          for (Phase p : all_phases) {
+            CHECK(bound[p] >= expected[p]);
+            CHECK(lean[p] >= lean_expected[p]);
+          }
+        }
+  // A model whose every tensor is under 1 MiB: only the 512 B rounding, and hf-peft's 1 MiB
+  // cuBLASLt workspace of the autograd thread.
+  const ModelShape tiny{.vocab = 256, .hidden = 64, .intermediate = 128, .layers = 2, .heads = 4, .kv_heads = 4};
+  const PhaseBytes rounding = AllocatorSlackTerm<LibTorch>{}(tiny, Step{.batch = 1, .seq = 16});
+  for (Phase p : all_phases) CHECK(rounding[p].count() < 64 * 512);
+  CHECK(AllocatorSlackTerm<HfPeft>{}(tiny, Step{.batch = 1, .seq = 16})[Phase::forward].count() >= (1ULL << 20));
 }

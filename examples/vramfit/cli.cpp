@@ -175,14 +175,14 @@ InvalidInput from_cli11(const CLI::ParseError& e) {
 /// field names --config with its config.json key (config_json.hpp's table), or --model. Other
 /// fields ("--budget", "config.json: vocab_size") are already what the user wrote.
 std::string flag_for_field(std::string_view field, bool from_config) {
-  constexpr std::array<std::array<std::string_view, 2>, 6> step_fields = {{{"batch", "--batch"},
-                                                                          {"seq", "--seq"},
-                                                                          {"lora rank", "--lora-rank"},
-                                                                          {"lora targets", "--lora-targets"},
-                                                                          {"world size", "--world-size"},
-                                                                          {"shard group", "--sharding"}}};
-  for (const auto& f : step_fields)
-    if (f[0] == field) return std::string(f[1]);
+  if (field == "shard group") return "--sharding";
+  // A step field's flag is its name with dashes: "lora rank" is --lora-rank.
+  constexpr std::array<std::string_view, 5> step_fields = {"batch", "seq", "lora rank", "lora targets", "world size"};
+  if (std::find(step_fields.begin(), step_fields.end(), field) != step_fields.end()) {
+    std::string flag = "--" + std::string(field);
+    std::replace(flag.begin(), flag.end(), ' ', '-');
+    return flag;
+  }
   for (const auto& [shape_field, json_key] : vramfit::detail::hf::shape_json_names)
     if (shape_field == field)
       return from_config ? "--config: " + std::string(json_key) : "--model: " + std::string(shape_field);

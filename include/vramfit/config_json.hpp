@@ -272,7 +272,7 @@ inline void validate(const Step& step, const HfConfig& config) {
  * validated shape, dtype and sliding window. `source` names the text in errors
  * ("config.json: hidden_size: ..."). Throws `InvalidInput` for malformed JSON, a missing or
  * mistyped field, a missing or unsupported `model_type`, a key of a structure not modelled
- * (`detail::hf::unmodelled_keys`), an unknown dtype, or an inconsistent or out-of-range shape
+ * (mixture-of-experts layers, `quantization_config`), an unknown dtype, or an inconsistent or out-of-range shape
  * (`validate`).
  *
  *     const vramfit::HfConfig c = vramfit::parse_hf_config(R"({"model_type": "llama", "vocab_size": 32000, ...})");

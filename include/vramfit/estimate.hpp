@@ -102,6 +102,11 @@ namespace detail {
 template <StackProfile P>
 struct StackDefinition {
   using predictor = StackPredictor<P>;
+  /// The closed form with the slack a steady step of a fresh process is expected to leave, not its
+  /// bound: below the bound, so its `max_batch` bounds the answer from above on both paths, and
+  /// its `required` is what the simulation path keeps as its floor.
+  using expected_predictor =
+      Predictor<ParameterTerm<P>, ActivationTerm<P>, LogitsTerm<P>, WorkspaceTerm<P>, ExpectedSlackTerm<P>>;
   static constexpr const auto& programs() {
     if constexpr (std::is_same_v<P, profiles::LibTorch>) return programs::libtorch::entries;
     else return programs::hf_peft::entries;
@@ -119,7 +124,8 @@ struct StackDefinition {
     if constexpr (std::is_same_v<P, profiles::LibTorch>) {
       return c.held_before.value_or(Bytes{});
     } else {
-      const Bytes own(P::workspace_bytes + (m.qkv_bias && s.gradient_checkpointing ? (1ULL << 20) : 0));
+      const Bytes own(P::figures.workspace_bytes +
+                      (m.qkv_bias && s.gradient_checkpointing ? P::figures.autograd_workspace_bytes : 0));
       return c.held_before ? max(*c.held_before, own) : own;
     }
   }
@@ -173,7 +179,10 @@ inline Estimate estimate(const ModelShape& model, const Step& step, Stack stack 
     out.method = Method::allocator_simulation;
     out.peak = p.peak;
     out.phase = p.phase;
-    out.required = max(out.required, p.peak + predictor.margin()(p.peak));
+    // The closed form's bound stays out of `required` here: the simulated peak plus margin, and
+    // at least the closed form's expected figure plus margin, as before the bound.
+    const Bytes expected = typename Definition::expected_predictor{}.predict(model, step).required;
+    out.required = max(expected, p.peak + predictor.margin()(p.peak));
     return out;
   });
 }
@@ -197,8 +206,8 @@ struct SearchResult {
 };
 
 namespace detail {
-/// Refines the closed form's answer `candidate` (an upper bound: an estimate's `required` is never
-/// below the closed form's) to the largest value whose estimate fits: down in doubling strides
+/// Refines `candidate` (an upper bound: the expected closed form's answer, and an estimate's
+/// `required` is never below that closed form's) to the largest value whose estimate fits: down in doubling strides
 /// until one fits, then bisection.
 inline SearchResult refine_search(const ModelShape& model, Step step, Budget budget, Stack stack,
                                   std::uint64_t Step::*field, std::uint64_t candidate, std::uint64_t limit) {
@@ -243,14 +252,14 @@ inline SearchResult refine_search(const ModelShape& model, Step step, Budget bud
 /// it in microseconds; the simulation (where a program applies) confirms the answer.
 inline SearchResult max_batch(const ModelShape& model, Step step, Budget budget, Stack stack = Stack::hf_peft) {
   const std::uint64_t candidate = detail::visit_stack(
-      stack, [&](auto def) { return typename decltype(def)::predictor{}.max_batch(model, step, budget); });
+      stack, [&](auto def) { return typename decltype(def)::expected_predictor{}.max_batch(model, step, budget); });
   return detail::refine_search(model, step, budget, stack, &Step::batch, candidate, 1ULL << 20);
 }
 
 /// The largest sequence length whose step fits the budget, and the estimate there.
 inline SearchResult max_seq(const ModelShape& model, Step step, Budget budget, Stack stack = Stack::hf_peft) {
   const std::uint64_t candidate = detail::visit_stack(
-      stack, [&](auto def) { return typename decltype(def)::predictor{}.max_seq(model, step, budget); });
+      stack, [&](auto def) { return typename decltype(def)::expected_predictor{}.max_seq(model, step, budget); });
   return detail::refine_search(model, step, budget, stack, &Step::seq, candidate, 1ULL << 24);
 }
 

@@ -119,9 +119,9 @@ inline std::string ratio_cell(double ratio) {
 
 /**
  * The record's sweep table, one row per step: seq, batch, predicted; where any row was measured,
- * real, pred/real (3 decimals and "x", see `detail::ratio_cell`) and verdict; where any row has
- * one, the realised sequence length and "fits". Blank cells where a row lacks a value; no column
- * that every row would leave blank.
+ * real, pred/real (3 decimals and "x", rounded down under 1 so an under-prediction never reads
+ * 1.000x) and verdict; where any row has one, the realised sequence length and "fits". Blank
+ * cells where a row lacks a value; no column that every row would leave blank.
  *
  *      seq  batch  predicted      real  pred/real  verdict              realised
  *     2048      1   1.596 GB  1.365 GB     1.169x  over-predicts: safe      2048

@@ -19,31 +19,21 @@ struct Preset {
   ModelShape shape;
 };
 
+/// The built-in shapes, one row each, in ModelShape's field order: vocab, hidden, intermediate,
+/// layers, heads, kv_heads, head_dim, tied_embeddings, qkv_bias (false where left out).
 inline constexpr std::array presets = {
-    Preset{"SmolLM2-135M", {.vocab = 49152, .hidden = 576, .intermediate = 1536, .layers = 30, .heads = 9,
-                            .kv_heads = 3, .head_dim = 64, .tied_embeddings = true}},
-    Preset{"SmolLM2-360M", {.vocab = 49152, .hidden = 960, .intermediate = 2560, .layers = 32, .heads = 15,
-                            .kv_heads = 5, .head_dim = 64, .tied_embeddings = true}},
-    Preset{"SmolLM2-1.7B", {.vocab = 49152, .hidden = 2048, .intermediate = 8192, .layers = 24, .heads = 32,
-                            .kv_heads = 32, .head_dim = 64, .tied_embeddings = true}},
-    Preset{"Qwen2.5-0.5B", {.vocab = 151936, .hidden = 896, .intermediate = 4864, .layers = 24, .heads = 14,
-                            .kv_heads = 2, .head_dim = 64, .tied_embeddings = true, .qkv_bias = true}},
-    Preset{"Qwen2.5-1.5B", {.vocab = 151936, .hidden = 1536, .intermediate = 8960, .layers = 28, .heads = 12,
-                            .kv_heads = 2, .head_dim = 128, .tied_embeddings = true, .qkv_bias = true}},
-    Preset{"Qwen2.5-3B", {.vocab = 151936, .hidden = 2048, .intermediate = 11008, .layers = 36, .heads = 16,
-                          .kv_heads = 2, .head_dim = 128, .tied_embeddings = true, .qkv_bias = true}},
-    Preset{"Qwen2.5-7B", {.vocab = 152064, .hidden = 3584, .intermediate = 18944, .layers = 28, .heads = 28,
-                          .kv_heads = 4, .head_dim = 128, .tied_embeddings = false, .qkv_bias = true}},
-    Preset{"Llama-3.2-1B", {.vocab = 128256, .hidden = 2048, .intermediate = 8192, .layers = 16, .heads = 32,
-                            .kv_heads = 8, .head_dim = 64, .tied_embeddings = true}},
-    Preset{"Llama-3.2-3B", {.vocab = 128256, .hidden = 3072, .intermediate = 8192, .layers = 28, .heads = 24,
-                            .kv_heads = 8, .head_dim = 128, .tied_embeddings = true}},
-    Preset{"Llama-3.1-8B", {.vocab = 128256, .hidden = 4096, .intermediate = 14336, .layers = 32, .heads = 32,
-                            .kv_heads = 8, .head_dim = 128, .tied_embeddings = false}},
-    Preset{"Mistral-7B-v0.1", {.vocab = 32000, .hidden = 4096, .intermediate = 14336, .layers = 32, .heads = 32,
-                               .kv_heads = 8, .head_dim = 128, .tied_embeddings = false}},
-    Preset{"TinyLlama-1.1B", {.vocab = 32000, .hidden = 2048, .intermediate = 5632, .layers = 22, .heads = 32,
-                              .kv_heads = 4, .head_dim = 64, .tied_embeddings = false}},
+    Preset{"SmolLM2-135M",    {49152, 576, 1536, 30, 9, 3, 64, true}},
+    Preset{"SmolLM2-360M",    {49152, 960, 2560, 32, 15, 5, 64, true}},
+    Preset{"SmolLM2-1.7B",    {49152, 2048, 8192, 24, 32, 32, 64, true}},
+    Preset{"Qwen2.5-0.5B",    {151936, 896, 4864, 24, 14, 2, 64, true, true}},
+    Preset{"Qwen2.5-1.5B",    {151936, 1536, 8960, 28, 12, 2, 128, true, true}},
+    Preset{"Qwen2.5-3B",      {151936, 2048, 11008, 36, 16, 2, 128, true, true}},
+    Preset{"Qwen2.5-7B",      {152064, 3584, 18944, 28, 28, 4, 128, false, true}},
+    Preset{"Llama-3.2-1B",    {128256, 2048, 8192, 16, 32, 8, 64, true}},
+    Preset{"Llama-3.2-3B",    {128256, 3072, 8192, 28, 24, 8, 128, true}},
+    Preset{"Llama-3.1-8B",    {128256, 4096, 14336, 32, 32, 8, 128, false}},
+    Preset{"Mistral-7B-v0.1", {32000, 4096, 14336, 32, 32, 8, 128, false}},
+    Preset{"TinyLlama-1.1B",  {32000, 2048, 5632, 22, 32, 4, 64, false}},
 };
 
 /// The preset of this name (case-insensitive), if any.

@@ -26,17 +26,24 @@ enum class AdamWTemporaries : std::uint8_t {
   per_tensor,
 };
 
-/// A stack profile: static `name` (as `--stack` takes it), `norm`, `adapter_bytes` (0: the model
-/// dtype), `loss_upcast`, `adamw`, `token_buffer_bytes` (per token), `workspace_bytes`.
+/// The figures of a stack profile (see the members); the cost terms read nothing else.
+struct StackFigures {
+  NormSaves norm;                   ///< what an RMSNorm saves for its backward
+  std::uint64_t adapter_bytes;      ///< bytes per adapter element; 0: the model dtype
+  bool loss_upcast;                 ///< the logits are cast to fp32 before the loss
+  AdamWTemporaries adamw;           ///< temporaries of AdamW's update
+  std::uint64_t token_buffer_bytes; ///< per token: ids, labels and their copies
+  std::uint64_t workspace_bytes;    ///< cuBLAS workspaces, held for the whole run
+  /// A cuBLASLt workspace the autograd thread may take on top (measured with q/k/v bias and
+  /// checkpointing), kept by the process for the steps after
+  std::uint64_t autograd_workspace_bytes = 0;
+};
+
+/// A stack profile: a static `name` (as `--stack` takes it) and its static `figures`.
 template <class P>
 concept StackProfile = requires {
   { P::name } -> std::convertible_to<std::string_view>;
-  { P::norm } -> std::convertible_to<NormSaves>;
-  { P::adapter_bytes } -> std::convertible_to<std::uint64_t>;
-  { P::loss_upcast } -> std::convertible_to<bool>;
-  { P::adamw } -> std::convertible_to<AdamWTemporaries>;
-  { P::token_buffer_bytes } -> std::convertible_to<std::uint64_t>;
-  { P::workspace_bytes } -> std::convertible_to<std::uint64_t>;
+  { P::figures } -> std::convertible_to<StackFigures>;
 };
 
 namespace profiles {
@@ -49,12 +56,9 @@ namespace profiles {
  */
 struct HfPeft {
   static constexpr std::string_view name = "hf-peft";
-  static constexpr NormSaves norm = NormSaves::fp32_upcast;
-  static constexpr std::uint64_t adapter_bytes = 4;
-  static constexpr bool loss_upcast = true;
-  static constexpr AdamWTemporaries adamw = AdamWTemporaries::foreach_group;
-  static constexpr std::uint64_t token_buffer_bytes = 4 * 8;
-  static constexpr std::uint64_t workspace_bytes = 65ULL << 20;
+  static constexpr StackFigures figures{.norm = NormSaves::fp32_upcast, .adapter_bytes = 4, .loss_upcast = true,
+                                        .adamw = AdamWTemporaries::foreach_group, .token_buffer_bytes = 4 * 8,
+                                        .workspace_bytes = 65ULL << 20, .autograd_workspace_bytes = 1ULL << 20};
 };
 
 /**
@@ -64,12 +68,9 @@ struct HfPeft {
  */
 struct LibTorch {
   static constexpr std::string_view name = "libtorch";
-  static constexpr NormSaves norm = NormSaves::fused;
-  static constexpr std::uint64_t adapter_bytes = 0;
-  static constexpr bool loss_upcast = false;
-  static constexpr AdamWTemporaries adamw = AdamWTemporaries::per_tensor;
-  static constexpr std::uint64_t token_buffer_bytes = 8;
-  static constexpr std::uint64_t workspace_bytes = 64ULL << 20;
+  static constexpr StackFigures figures{.norm = NormSaves::fused, .adapter_bytes = 0, .loss_upcast = false,
+                                        .adamw = AdamWTemporaries::per_tensor, .token_buffer_bytes = 8,
+                                        .workspace_bytes = 64ULL << 20};
 };
 
 static_assert(StackProfile<HfPeft>);

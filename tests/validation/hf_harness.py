@@ -43,41 +43,22 @@ GIB = float(1 << 30)
 ATTN_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj"]
 ALL_LINEAR_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
-# Built-in shapes.  "shape" uses the harness' own field names; make_config()
-# maps them onto the transformers config classes.
-PRESETS = {
-    "SmolLM2-135M": {
-        "arch": "llama",
-        "shape": {"vocab": 49152, "hidden": 576, "intermediate": 1536, "layers": 30, "heads": 9,
-                  "kv_heads": 3, "head_dim": 64, "tied_embeddings": True, "qkv_bias": False},
-        "max_position_embeddings": 16384,
-        "rms_norm_eps": 1e-5,
-    },
-    "Qwen2.5-0.5B": {
-        "arch": "qwen2",
-        "shape": {"vocab": 151936, "hidden": 896, "intermediate": 4864, "layers": 24, "heads": 14,
-                  "kv_heads": 2, "head_dim": 64, "tied_embeddings": True, "qkv_bias": True},
-        "max_position_embeddings": 32768,
-        "rms_norm_eps": None,  # config default
-    },
-    "TinyLlama-1.1B": {
-        "arch": "llama",
-        "shape": {"vocab": 32000, "hidden": 2048, "intermediate": 5632, "layers": 22, "heads": 32,
-                  "kv_heads": 4, "head_dim": 64, "tied_embeddings": False, "qkv_bias": False},
-        "max_position_embeddings": 16384,
-        "rms_norm_eps": None,
-    },
-    "Llama-3.2-1B": {
-        "arch": "llama",
-        "shape": {"vocab": 128256, "hidden": 2048, "intermediate": 8192, "layers": 16, "heads": 32,
-                  "kv_heads": 8, "head_dim": 64, "tied_embeddings": True, "qkv_bias": False},
-        "max_position_embeddings": 16384,
-        "rms_norm_eps": None,
-    },
-}
-
 SHAPE_KEYS = ("vocab", "hidden", "intermediate", "layers", "heads", "kv_heads", "head_dim",
               "tied_embeddings", "qkv_bias")
+
+# Built-in shapes, one row each: name, arch, max_position_embeddings, rms_norm_eps (None: the
+# config's default), then the SHAPE_KEYS in order.  make_config() maps the harness' own field
+# names onto the transformers config classes.
+_PRESET_ROWS = [
+    ("SmolLM2-135M", "llama", 16384, 1e-5, 49152, 576, 1536, 30, 9, 3, 64, True, False),
+    ("Qwen2.5-0.5B", "qwen2", 32768, None, 151936, 896, 4864, 24, 14, 2, 64, True, True),
+    ("TinyLlama-1.1B", "llama", 16384, None, 32000, 2048, 5632, 22, 32, 4, 64, False, False),
+    ("Llama-3.2-1B", "llama", 16384, None, 128256, 2048, 8192, 16, 32, 8, 64, True, False),
+]
+PRESETS = {name: {"arch": arch, "max_position_embeddings": mpe, "rms_norm_eps": eps,
+                  "shape": dict(zip(SHAPE_KEYS, shape))}
+           for name, arch, mpe, eps, *shape in _PRESET_ROWS}
+
 ARM_KEYS = {"model", "shape", "arch", "name", "mode", "lora_rank", "lora_targets",
             "gradient_checkpointing", "logits_retained", "batch", "seq", "note"}
 MAX_BATCH_EXTRA_KEYS = {"cap_bytes"}
