@@ -25,6 +25,14 @@ struct AllocConf {
   friend bool operator==(const AllocConf&, const AllocConf&) = default;
 };
 
+/// The bytes the caching allocator may reserve under `torch.cuda.set_per_process_memory_fraction
+/// (fraction)` on a card of `total` bytes, as c10's setMemoryFraction computes
+/// allowed_memory_maximum: `static_cast<size_t>(fraction * total)`.
+inline std::uint64_t memory_fraction_limit(std::uint64_t total, double fraction) {
+  if (!(fraction >= 0.0 && fraction <= 1.0)) throw InvalidInput("fraction", "must be 0 to 1");
+  return static_cast<std::uint64_t>(fraction * static_cast<double>(total));
+}
+
 /// `conf` in PYTORCH_CUDA_ALLOC_CONF syntax ("" for the defaults).
 inline std::string to_string(const AllocConf& conf) {
   std::string out;
