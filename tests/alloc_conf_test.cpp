@@ -34,6 +34,8 @@ TEST_CASE("alloc conf: the keys the model follows, in PyTorch's syntax") {
   CHECK(parse_alloc_conf(" max_split_size_mb : 21 , expandable_segments:True ").max_split_size == (21ULL << 20));
   // Written back, it reads as itself.
   CHECK(parse_alloc_conf(vramfit::to_string(c)) == c);
+  CHECK(vramfit::to_string(parse_alloc_conf("garbage_collection_threshold:0.0000001")) ==
+        "garbage_collection_threshold:0.0000001");
   // Settings without effect on device memory are accepted.
   CHECK(parse_alloc_conf("backend:native,release_lock_on_cudamalloc:True") == AllocConf{});
 }

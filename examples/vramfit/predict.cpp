@@ -21,7 +21,7 @@ public:
   int run(std::FILE* out, std::FILE*) const override {
     const NamedModel model = flags_.resolve();
     const Step step = model.at(model.step.batch, model.step.seq);
-    const Estimate e = estimate(model.shape, step, flags_.stack);
+    const Estimate e = estimate(model.shape, step, flags_.stack, flags_.context());
     const std::optional<Bytes>& budget = flags_.budget;
     const bool fits = !budget || e.fits(Budget(*budget));
     if (json_) {
@@ -39,7 +39,24 @@ public:
                  e.simulation->peak, e.simulation->phase, p.peak);
     else if (!e.no_simulation.empty())
       fmt::print(out, "\nno allocator simulation: {}; the closed form is the prediction\n", e.no_simulation);
-    if (budget) {
+    if (e.simulation && !budget)
+      fmt::print(out, "reserved by the allocator at the end of the run (no budget): {}\n", e.simulation->reserved);
+    if (e.verdict && e.verdict->method == Method::allocator_simulation) {
+      const BudgetVerdict& v = *e.verdict;
+      fmt::print(out, "\nunder the budget of {}{}: the build and three steps simulated at every segment placement\n"
+                      "reserved peak {} (allocated peak {})\n",
+                 budget_text(*budget),
+                 e.inputs.context.alloc_conf == AllocConf{} ? "" : ", " + to_string(e.inputs.context.alloc_conf),
+                 v.reserved_peak, e.peak);
+      if (v.fits)
+        fmt::print(out, "fits: no request runs out of memory\n");
+      else
+        fmt::print(out,
+                   "does not fit: OUT OF MEMORY in {}{}: tried to allocate {}; {} allocated by PyTorch, {} reserved "
+                   "but unallocated\n",
+                   v.oom->step == 0 ? "the " : fmt::format("step {}'s ", v.oom->step), v.oom->phase,
+                   v.oom->tried_to_allocate, v.oom->allocated, v.oom->reserved_unallocated);
+    } else if (budget) {
       if (fits)
         fmt::print(out, "\nfits the budget of {}: requires {}, headroom {}\n", budget_text(*budget), e.required,
                    *budget - e.required);

@@ -78,12 +78,12 @@ struct OutOfMemory {
 /// Whether the run fits a budget: the simulated build and three steps under the allocator's
 /// limit where a program applies, else the closed form's `required` within the budget.
 struct BudgetVerdict {
-  Bytes budget;                     ///< what the caching allocator may reserve
+  Bytes budget{};                   ///< what the caching allocator may reserve
   bool fits = false;
   Method method = Method::closed_form;
-  Bytes reserved_peak;              ///< simulation: the most reserved over the steps (0 with the closed form)
+  Bytes reserved_peak{};            ///< simulation: the most reserved over the steps (0 with the closed form)
   bool pressed = false;             ///< simulation: the limit refused a segment (caches were released)
-  std::optional<OutOfMemory> oom;   ///< simulation: where it ran out of memory
+  std::optional<OutOfMemory> oom{}; ///< simulation: where it ran out of memory
 };
 
 /// How the process stood when the run began. The defaults are a fresh process, as users run it;
@@ -95,15 +95,15 @@ struct RunContext {
   bool cache_emptied_after_build = false;  ///< `torch.cuda.empty_cache()` between build and step 1
   /// Bytes the caching allocator may reserve (c10's allowed_memory_maximum: `memory_fraction_limit`
   /// of a fraction, or `Gpu::allocator_budget`); with it `estimate` decides whether the run fits.
-  std::optional<Bytes> budget;
-  AllocConf alloc_conf;  ///< PYTORCH_CUDA_ALLOC_CONF's settings (`parse_alloc_conf`)
+  std::optional<Bytes> budget{};
+  AllocConf alloc_conf{};  ///< PYTORCH_CUDA_ALLOC_CONF's settings (`parse_alloc_conf`)
 };
 
 /// What `estimate` was asked, kept so an estimate can decide other budgets.
 struct EstimateInputs {
-  ModelShape model;
-  Step step;
-  RunContext context;
+  ModelShape model{};
+  Step step{};
+  RunContext context{};
 };
 
 /// One step's estimate: the peak, what a budget must cover, how it was obtained and why.
@@ -116,8 +116,8 @@ struct Estimate {
   Prediction closed_form;                ///< the terms by phase: the breakdown, and the fallback
   std::optional<Simulation> simulation;  ///< where a program applies
   std::string_view no_simulation;        ///< why none applies (empty when one ran)
-  std::optional<BudgetVerdict> verdict;  ///< under `RunContext::budget`, when one was given
-  EstimateInputs inputs;
+  std::optional<BudgetVerdict> verdict{};  ///< under `RunContext::budget`, when one was given
+  EstimateInputs inputs{};
 
   /// Whether the run fits `b`: the simulated build and three steps under that limit where a
   /// program applies (the verdict above when `b` is its budget), else `required` within it.
@@ -247,7 +247,7 @@ struct SearchResult {
   Estimate at;              ///< the estimate at `value` (at 1 when `value` is 0), with its verdict
   /// Smaller values that would run out of memory under the budget (the simulation's verdict is not
   /// monotone: a smaller batch can split segments worse), ascending.
-  std::vector<std::uint64_t> oom_below;
+  std::vector<std::uint64_t> oom_below{};
 };
 
 namespace detail {
@@ -310,7 +310,7 @@ inline SearchResult refine_search(const ModelShape& model, Step step, Budget bud
     const std::uint64_t mid = fit + (miss - fit) / 2;
     (fits(mid) ? fit : miss) = mid;
   }
-  for (std::uint64_t v = miss + 1; v <= limit && v <= miss + kSearchAbove; ++v) {
+  for (std::uint64_t v = miss + 1; v <= limit && v <= std::max(miss, fit) + kSearchAbove; ++v) {
     const auto& e = get(v);
     if (!e || e->method != Method::allocator_simulation || e->peak > budget.usable) break;
     if (e->verdict->fits) fit = v;
