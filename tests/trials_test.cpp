@@ -83,6 +83,11 @@ TEST_CASE("every measured fit trial's OK / OOM is the simulated verdict under it
       CHECK_MESSAGE(v.method == Method::allocator_simulation, where << ": " << r.e.no_simulation);
       CHECK_MESSAGE(v.fits == r.measured_ok, where << " " << r.label);
       agree += v.fits == r.measured_ok ? 1 : 0;
+      // An OOM is simulated in the step and phase where it happened.
+      if (!r.measured_ok && v.oom) {
+        CHECK_MESSAGE(v.oom->step == row.at("oom_step").get<int>(), where);
+        CHECK_MESSAGE(v.oom->phase == row.at("oom_phase").get<std::string>(), where);
+      }
       const auto mib = [](std::uint64_t b) { return static_cast<double>(b) / 1048576.0; };
       fmt::print("  {} {:>3} / {:<3}  {:>9.1f} / {:<9.1f} {:+.1f}{}\n", r.label, r.measured_ok ? "ok" : "oom",
                  v.fits ? "ok" : "oom", mib(r.measured_reserved), mib(v.reserved_peak.count()),
