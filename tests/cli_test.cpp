@@ -656,13 +656,14 @@ TEST_CASE("cli: predict under a budget shows the reserved peak and the verdict")
     return args;
   };
   SUBCASE("fits") {  // trial 1: batch 9 ran
-    matches(succeeds(0, at("9", {})).out, {"reserved peak [0-9.]+ GB \\(allocated peak [0-9.]+ GB\\)",
-                                           "fits: no request runs out of memory"});
+    matches(succeeds(0, at("9", {})).out,
+            {"fits the budget of 25.770 GB \\(24.00 GiB\\): no request runs out of memory; reserved peak [0-9.]+ GB "
+             "\\(allocated peak [0-9.]+ GB\\), headroom"});
   }
   SUBCASE("out_of_memory") {  // trial 2: batch 10 ran out of memory in step 1's backward
     matches(succeeds(3, at("10", {})).out,
-            {"does not fit: OUT OF MEMORY in step 1's backward: tried to allocate [0-9.]+ [MG]B; [0-9.]+ GB "
-             "allocated by PyTorch"});
+            {"does not fit the budget of 25.770 GB \\(24.00 GiB\\): OUT OF MEMORY in step 1's backward: tried to "
+             "allocate [0-9.]+ [MG]B; [0-9.]+ GB allocated by PyTorch"});
     nlohmann::json j = json_object(succeeds(3, at("10", {"--json"})));
     CHECK(j["fits"] == false);
     CHECK(j["verdict"]["fits"] == false);

@@ -43,19 +43,21 @@ public:
       fmt::print(out, "reserved by the allocator at the end of the run (no budget): {}\n", e.simulation->reserved);
     if (e.verdict && e.verdict->method == Method::allocator_simulation) {
       const BudgetVerdict& v = *e.verdict;
-      fmt::print(out, "\nunder the budget of {}{}: the build and three steps simulated at every segment placement\n"
-                      "reserved peak {} (allocated peak {})\n",
-                 budget_text(*budget),
-                 e.inputs.context.alloc_conf == AllocConf{} ? "" : ", " + to_string(e.inputs.context.alloc_conf),
-                 v.reserved_peak, e.peak);
+      fmt::print(out, "\nallocator simulation under the budget{}: the build and three steps, at every segment placement\n",
+                 e.inputs.context.alloc_conf == AllocConf{} ? "" : ", " + to_string(e.inputs.context.alloc_conf));
       if (v.fits)
-        fmt::print(out, "fits: no request runs out of memory\n");
+        fmt::print(out, "fits the budget of {}: no request runs out of memory; reserved peak {} (allocated peak {}), "
+                        "headroom {}\n",
+                   budget_text(*budget), v.reserved_peak, e.peak,
+                   v.reserved_peak <= *budget ? *budget - v.reserved_peak : Bytes{});
       else
         fmt::print(out,
-                   "does not fit: OUT OF MEMORY in {}{}: tried to allocate {}; {} allocated by PyTorch, {} reserved "
-                   "but unallocated\n",
-                   v.oom->step == 0 ? "the " : fmt::format("step {}'s ", v.oom->step), v.oom->phase,
-                   v.oom->tried_to_allocate, v.oom->allocated, v.oom->reserved_unallocated);
+                   "does not fit the budget of {}: OUT OF MEMORY in {}{}: tried to allocate {}; {} allocated by "
+                   "PyTorch, {} reserved but unallocated\nreserved at most {} before that (without a limit the "
+                   "allocated peak is {})\n",
+                   budget_text(*budget), v.oom->step == 0 ? "the " : fmt::format("step {}'s ", v.oom->step),
+                   v.oom->phase, v.oom->tried_to_allocate, v.oom->allocated, v.oom->reserved_unallocated,
+                   v.reserved_peak, e.peak);
     } else if (budget) {
       if (fits)
         fmt::print(out, "\nfits the budget of {}: requires {}, headroom {}\n", budget_text(*budget), e.required,
