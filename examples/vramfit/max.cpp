@@ -76,8 +76,10 @@ public:
         fmt::print(out, "max {}: 0: not even {} 1 fits; it requires {} (peak {} in the {})\n", what, what, at.required,
                    at.peak, at.phase);
       else
-        fmt::print(out, "max {}: {}\n  at {} {}: peak {} in the {}, requires {}\n", what, best, what, best, at.peak,
-                   at.phase, at.required);
+        fmt::print(out, "max {}: {}\n  at {} {}: peak {} in the {}, {}\n", what, best, what, best, at.peak, at.phase,
+                   at.verdict && at.verdict->method == Method::allocator_simulation
+                       ? fmt::format("reserved peak {} under the budget (simulated)", at.verdict->reserved_peak)
+                       : fmt::format("requires {}", at.required));
       if (!found.oom_below.empty())
         fmt::print(out, "  smaller {} values that run out of memory under this budget: {}\n", what,
                    fmt::join(found.oom_below, ", "));
