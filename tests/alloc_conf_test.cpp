@@ -40,6 +40,14 @@ TEST_CASE("alloc conf: the keys the model follows, in PyTorch's syntax") {
   CHECK(parse_alloc_conf("backend:native,release_lock_on_cudamalloc:True") == AllocConf{});
 }
 
+TEST_CASE("memory_fraction_limit is c10's allowed_memory_maximum: static_cast<size_t>(fraction * total)") {
+  // The harness's 4 GiB trial on the H200: fraction 4 GiB / total gives 4 GiB back, to the byte.
+  CHECK(vramfit::memory_fraction_limit(150109880320ULL, 4294967296.0 / 150109880320.0) == 4294967296ULL);
+  CHECK(vramfit::memory_fraction_limit(1000, 0.3333) == 333);  // truncated, not rounded
+  CHECK_THROWS_AS((void)vramfit::memory_fraction_limit(1000, 1.5), vramfit::InvalidInput);
+  CHECK_THROWS_AS((void)vramfit::memory_fraction_limit(1000, -0.1), vramfit::InvalidInput);
+}
+
 TEST_CASE("alloc conf: an unknown key, a bad value or an unmodelled key is refused by name") {
   CHECK(says(refusal("expandable_segment:True"), "expandable_segment: unknown key; allowed: expandable_segments"));
   CHECK(says(refusal("expandable_segments:true"), "must be True or False"));

@@ -15,9 +15,11 @@
 
 #include "vramfit/alloc_conf.hpp"
 #include "vramfit/estimate.hpp"
+#include "vramfit/presets.hpp"
 #include "vramfit/detail/replay.hpp"
 
 using namespace vramfit;
+using namespace vramfit::literals;
 
 namespace {
 struct TrialFile {
@@ -125,4 +127,27 @@ TEST_CASE("every measured fit trial's OK / OOM is the simulated verdict under it
              "every simulated figure (the rest differ in reserved but unallocated: the segments' placement)\n",
              agree, trials, ooms, same_allocated, same_message);
   CHECK(trials >= 65);
+}
+
+TEST_CASE("Estimate::fits under a budget is the simulation's verdict, with or without a budget in the context") {
+  // Trials 1 and 2: SmolLM2-135M, LoRA q,k,v,o, checkpointing, seq 4096, 24 GiB: batch 9 ran, 10 did not.
+  const ModelShape shape = preset("SmolLM2-135M");
+  Step s;
+  s.seq = 4096;
+  s.lora.targets = TargetSet::attention();
+  s.gradient_checkpointing = true;
+  const Budget budget(24_GiB);
+  for (const auto& [batch, runs] : {std::pair{9ULL, true}, std::pair{10ULL, false}}) {
+    CAPTURE(batch);
+    s.batch = batch;
+    const Estimate plain = estimate(shape, s);
+    CHECK_FALSE(plain.verdict.has_value());
+    CHECK(plain.fits(budget) == runs);
+    RunContext c;
+    c.budget = budget.usable;
+    const Estimate decided = estimate(shape, s, Stack::hf_peft, c);
+    REQUIRE(decided.verdict.has_value());
+    CHECK(decided.verdict->fits == runs);
+    CHECK(decided.fits(budget) == runs);
+  }
 }

@@ -2,8 +2,10 @@
 /// @file estimate.hpp
 /// The answer vramfit gives for a step, from one call: `estimate(model, step, stack)` runs the
 /// closed form (the breakdown by term and phase) and, where a step program was recorded for the
-/// step's kind, the allocator simulation, which is then the peak; `required` is what a budget must
-/// cover. `max_batch` and `max_seq` answer with the same figure.
+/// step's kind, the allocator simulation, which is then the peak. Whether a run fits a budget is
+/// decided by simulating the build and three steps under the allocator's limit where a program
+/// applies (`RunContext::budget`, `Estimate::verdict`), else by `required` (the closed form's peak
+/// plus margin). `max_batch` and `max_seq` answer by the same decision.
 ///
 ///     const vramfit::Estimate e = vramfit::estimate(vramfit::preset("Qwen2.5-0.5B"), step);
 ///     if (!e.fits(vramfit::Budget(23_GiB))) ...;  // e.peak, e.required, e.method, e.closed_form
