@@ -378,3 +378,108 @@ TEST_CASE("a trace without a requested peak loads and replays") {
   CHECK(r.peak_requested.count() == 1048576);
 }
 #endif
+
+// --- Under a limit and with PYTORCH_CUDA_ALLOC_CONF settings (c10's DeviceCachingAllocator::malloc)
+
+TEST_CASE("under a limit a new segment past the limit first frees the cached segments, then fails") {
+  Model a;
+  a.configure(100 * MiB, {});
+  const auto x = a.malloc(40 * MiB);
+  const auto y = a.malloc(40 * MiB);
+  a.free(x);
+  CHECK(a.reserved().count() == 80 * MiB);
+  // 50 MiB: no cached block fits and reserved 80 + 50 > 100, so release_cached_blocks frees x's
+  // segment and the new one fits.
+  const auto z = a.malloc(50 * MiB);
+  CHECK(z != Model::oom_handle);
+  CHECK(a.reserved().count() == 90 * MiB);
+  CHECK(a.peak_reserved().count() == 90 * MiB);
+  const auto w = a.malloc(20 * MiB);  // 90 + 20 > 100 and nothing is cached: out of memory
+  REQUIRE(w == Model::oom_handle);
+  REQUIRE(a.oom());
+  CHECK(a.oom()->requested == 20 * MiB);
+  CHECK(a.oom()->tried_to_allocate == 20 * MiB);
+  CHECK(a.oom()->allocated == 90 * MiB);
+  CHECK(a.oom()->reserved == 90 * MiB);
+  CHECK(a.oom()->limit == 100 * MiB);
+  a.free(y);
+  a.free(z);
+}
+
+TEST_CASE("without a limit or settings, configure changes nothing; with them the plain rules still hold") {
+  Model plain, configured;
+  configured.configure(std::nullopt, {});
+  for (Model* m : {&plain, &configured}) {
+    const auto a = m->malloc(3 * MiB + 7);
+    const auto b = m->malloc(700);
+    m->free(a);
+    (void)m->malloc(MiB);
+    (void)b;
+  }
+  CHECK(plain.allocated() == configured.allocated());
+  CHECK(plain.reserved() == configured.reserved());
+  // A limit that is never reached gives the same figures.
+  Model roomy;
+  roomy.configure(1ULL << 40, {});
+  const auto a = roomy.malloc(3 * MiB + 7);
+  const auto b = roomy.malloc(700);
+  roomy.free(a);
+  (void)roomy.malloc(MiB);
+  (void)b;
+  CHECK(roomy.allocated() == plain.allocated());
+  CHECK(roomy.reserved() == plain.reserved());
+}
+
+TEST_CASE("max_split_size: an oversize block serves no smaller request and is released first") {
+  Model a;
+  AllocConf conf;
+  conf.max_split_size = 64 * MiB;
+  a.configure(200 * MiB, conf);
+  const auto big = a.malloc(100 * MiB);
+  a.free(big);
+  // get_free_block: 10 MiB < 64 MiB may not take the 100 MiB cached block; a new segment opens.
+  const auto s = a.malloc(10 * MiB);
+  CHECK(a.reserved().count() == 110 * MiB);
+  // A 90 MiB request may: 100 < 90 + kLargeBuffer (20 MiB).
+  const auto t = a.malloc(90 * MiB);
+  CHECK(a.block_size(t) == 100 * MiB);  // not split: 90 >= max_split_size
+  a.free(t);
+  // 150 MiB more would pass 200: release_available_cached_blocks frees the cached 100 MiB
+  // oversize segment (largest first; short of 150, so it answers false), then the new one fits.
+  const auto u = a.malloc(150 * MiB);
+  CHECK(u != Model::oom_handle);
+  CHECK(a.reserved().count() == 160 * MiB);
+  (void)s;
+}
+
+TEST_CASE("expandable segments grow by pages: 2 MiB small, 20 MiB large; empty_cache unmaps free pages") {
+  Model a;
+  AllocConf conf;
+  conf.expandable_segments = true;
+  a.configure(std::nullopt, conf);
+  const auto x = a.malloc(30 * MiB);  // maps 2 pages of 20 MiB
+  CHECK(a.reserved().count() == 40 * MiB);
+  const auto y = a.malloc(8 * MiB);  // fits in the 10 MiB mapped after x
+  CHECK(a.reserved().count() == 40 * MiB);
+  CHECK(a.block_address(y) == a.block_address(x) + 30 * MiB);
+  const auto z = a.malloc(5 * MiB);  // 2 MiB left: maps one more page
+  CHECK(a.reserved().count() == 60 * MiB);
+  const auto s = a.malloc(100);
+  CHECK(a.reserved().count() == 62 * MiB);
+  CHECK(a.segments() == 2);
+  a.free(x);
+  a.free(z);
+  // Free now: [0, 30) and [38, 60) (z merged with the rest); unmap_block unmaps the whole pages
+  // [0, 20) and [40, 60); [20, 30) and [38, 40) stay mapped, and the small page holds s.
+  a.empty_cache();
+  CHECK(a.reserved().count() == 20 * MiB + 2 * MiB);
+  // find_expandable_block: the lowest unmapped range [0, 20) with the free [20, 30) after it holds
+  // 25 MiB; mapping its page merges the two.
+  const auto w = a.malloc(25 * MiB);
+  CHECK(a.block_address(w) == a.block_address(y) - 30 * MiB);
+  CHECK(a.reserved().count() == 42 * MiB);
+  a.free(y);
+  a.free(s);
+  a.free(w);
+  CHECK(a.allocated().count() == 0);
+}

@@ -747,4 +747,64 @@ TEST_CASE("cli: replay's file errors name its flag, not the library's field") {
   CHECK(error({"replay", "--data", trace_file("libtorch_real_traces.jsonl.gz")})
             .starts_with("vramfit: error: --data: "));
 }
+
+// Fit decisions under a budget (issue 13): the verdict of the simulated build and three steps,
+// --alloc-conf and --gpu. The cases are measured trials (tests/data/trials_13.jsonl, trials 0-5).
+TEST_CASE("cli: predict under a budget shows the reserved peak and the verdict") {
+  const auto at = [](const std::string& batch, std::initializer_list<std::string> rest) {
+    std::vector<std::string> args = on_small("predict", {"--lora-targets", "q_proj,k_proj,v_proj,o_proj", "--grad-ckpt",
+                                                         "--seq", "4096", "--batch", batch, "--budget", "24GiB"});
+    args.insert(args.end(), rest);
+    return args;
+  };
+  SUBCASE("fits") {  // trial 1: batch 9 ran
+    matches(succeeds(0, at("9", {})).out,
+            {"fits the budget of 25.770 GB \\(24.00 GiB\\): no request runs out of memory; reserved peak [0-9.]+ GB "
+             "\\(allocated peak [0-9.]+ GB\\), headroom"});
+  }
+  SUBCASE("out_of_memory") {  // trial 2: batch 10 ran out of memory in step 1's backward
+    matches(succeeds(3, at("10", {})).out,
+            {"does not fit the budget of 25.770 GB \\(24.00 GiB\\): OUT OF MEMORY in step 1's backward: tried to "
+             "allocate [0-9.]+ [MG]B; [0-9.]+ GB allocated by PyTorch"});
+    nlohmann::json j = json_object(succeeds(3, at("10", {"--json"})));
+    CHECK(j["fits"] == false);
+    CHECK(j["verdict"]["fits"] == false);
+    CHECK(j["verdict"]["oom"]["step"] == 1);
+    CHECK(j["verdict"]["oom"]["phase"] == "backward");
+    CHECK(is_count(j["verdict"]["oom"]["tried_to_allocate_bytes"]));
+    CHECK(j["verdict"]["oom"]["limit_bytes"] == 25769803776ULL);
+  }
+  SUBCASE("alloc_conf") {  // trials 4 and 5: with expandable segments batch 9 runs, 10 does not
+    nlohmann::json j = json_object(succeeds(0, at("9", {"--alloc-conf", "expandable_segments:True", "--json"})));
+    CHECK(j["verdict"]["fits"] == true);
+    CHECK(j["alloc_conf"] == "expandable_segments:True");
+    CHECK(j["verdict"]["reserved_peak_bytes"] <= 25769803776ULL + (20ULL << 20));
+    (void)succeeds(3, at("10", {"--alloc-conf", "expandable_segments:True"}));
+  }
+  SUBCASE("gpu") {  // --gpu H200 is the card's allocator budget
+    nlohmann::json j = json_object(succeeds(0, on_small("predict", {"--gpu", "H200", "--json"})));
+    CHECK(j["budget_bytes"] == 150109880320ULL - 804061184ULL);  // gpus.hpp: H200 total less the driver's share
+  }
+}
+
+TEST_CASE("cli: max-batch answers by the verdict and lists smaller batches that run out of memory") {
+  nlohmann::json j = json_object(succeeds(0, on_small("max-batch", {"--lora-targets", "q_proj,k_proj,v_proj,o_proj",
+                                                                    "--grad-ckpt", "--seq", "4096", "--budget", "24GiB",
+                                                                    "--json"})));
+  CHECK(j["max_batch"] == 9);  // trials 1 and 2: 9 ran, 10 ran out of memory
+  REQUIRE(j["oom_below"].is_array());
+  for (const auto& v : j["oom_below"]) CHECK(v < 9);
+  CHECK(j["prediction"]["verdict"]["fits"] == true);
+}
+
+TEST_CASE("cli: --alloc-conf and --gpu refuse bad values, exit 2 naming the flag") {
+  fails_naming("--alloc-conf", on_small("predict", {"--alloc-conf", "expandable_segment:True"}));
+  fails_naming("--alloc-conf", on_small("max-batch", {"--alloc-conf", "roundup_power2_divisions:4", "--budget", "8GiB"}));
+  fails_naming("--alloc-conf", on_small("sweep", {"--alloc-conf", "max_split_size_mb:10"}));
+  fails_naming("--gpu", on_small("predict", {"--gpu", "H200", "--budget", "24GiB"}));
+  fails_naming("--gpu", on_small("max-seq", {"--budget", "24GiB", "--gpu", "T4"}));
+  const Ran r = run_vramfit(on_small("predict", {"--gpu", "RTX 5090"}));
+  CHECK(r.status == 2);
+  CHECK(r.err.find("--gpu: unknown card 'RTX 5090'; known: RTX-3050-Laptop-4GB, T4") != std::string::npos);
+}
 #endif  // VRAMFIT_HAS_CLI

@@ -139,15 +139,29 @@ void ModelFlags::add(CLI::App& app, BadValues& bad, StepFlagSet set) {
               step.precision = parse_precision(v, "--precision");
               precision_given_ = true;
             });
-  add_value(app, bad, "--budget", "SIZE",
-            "memory the step may use, e.g. 24GiB, 23.0 GB, 80e9B (a unit is required: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB; k, M, G, T); a "
-            "step fits when its peak plus the allocator's margin is within it; required by max-batch and max-seq",
+  budget_ = add_value(app, bad, "--budget", "SIZE",
+            "memory the caching allocator may reserve, e.g. 24GiB, 23.0 GB, 80e9B (a unit is required: B, kB, MB, GB, "
+            "TB, KiB, MiB, GiB, TiB; k, M, G, T); a run fits when the simulated build and three steps run under it "
+            "without running out of memory (the peak plus the allocator's margin where no program applies); "
+            "max-batch and max-seq need it or --gpu",
             [this](std::string_view v) {
               const Bytes b = parse_size(v, "--budget");
               if (b.count() == 0)
                 throw InvalidInput("--budget", "must be more than 0 bytes, got '" + std::string(v) + "'");
               budget = b;
             });
+  if (set.fit) {
+    std::string cards;
+    for (const Gpu& g : gpus) cards += (cards.empty() ? "" : ", ") + std::string(g.name);
+    gpu_ = add_value(app, bad, "--gpu", "NAME",
+                     "a card whose memory is the budget (its total less the CUDA context's share): " + cards +
+                         "; instead of --budget",
+                     [this](std::string_view v) { budget = gpu(v, "--gpu").allocator_budget(); });
+    add_value(app, bad, "--alloc-conf", "TEXT",
+              "the allocator's settings in PYTORCH_CUDA_ALLOC_CONF's syntax, e.g. expandable_segments:True or "
+              "max_split_size_mb:512 (also garbage_collection_threshold:X); other keys are refused",
+              [this](std::string_view v) { alloc_conf = parse_alloc_conf(v, "--alloc-conf"); });
+  }
   if (!set.ranks) return;
   add_value(app, bad, "--world-size", "N",
             "data-parallel ranks, 1 to 65536 (default 1); --batch is then each rank's micro-batch and every figure "
@@ -167,6 +181,8 @@ void ModelFlags::add(CLI::App& app, BadValues& bad, StepFlagSet set) {
 
 void ModelFlags::check(bool model_required) const {
   if (model && config) throw InvalidInput("--config", "give either --model or --config, not both");
+  if (gpu_ != nullptr && gpu_->count() > 0 && budget_->count() > 0)
+    throw InvalidInput("--gpu", "give either --budget or --gpu, not both (--gpu NAME stands for its card's budget)");
   if (!model && !config && model_required)
     throw InvalidInput("--model", "a model is required: --model NAME (a built-in model, see `vramfit presets`) or "
                                   "--config PATH (a Hugging Face config.json)");
@@ -201,9 +217,10 @@ nlohmann::json model_json(const NamedModel& m) {
   return j;
 }
 
-void add_budget_json(nlohmann::json& j, Bytes required, Bytes budget) {
+void add_budget_json(nlohmann::json& j, const Estimate& e, Bytes budget) {
+  const Bytes required = e.required;
   j["budget_bytes"] = budget.count();
-  j["fits"] = required <= budget;
+  j["fits"] = e.fits(Budget(budget));
   if (required <= budget)
     j["headroom_bytes"] = (budget - required).count();
   else
@@ -213,7 +230,7 @@ void add_budget_json(nlohmann::json& j, Bytes required, Bytes budget) {
 nlohmann::json estimate_json(const NamedModel& model, const Step& step, const Estimate& e,
                              std::optional<Bytes> budget) {
   nlohmann::json j = e;
-  if (budget) add_budget_json(j, e.required, *budget);
+  if (budget) add_budget_json(j, e, *budget);
   j["model"] = model_json(model);
   j["step"] = step;
   return j;

@@ -21,7 +21,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "vramfit/alloc_conf.hpp"
 #include "vramfit/estimate.hpp"
+#include "vramfit/gpus.hpp"
 #include "vramfit/vramfit.hpp"
 
 namespace vramfit::cli {
@@ -119,6 +121,7 @@ struct StepFlagSet {
   bool seq = true;     ///< --seq (max-seq searches it)
   bool lists = false;  ///< --batch and --seq take comma-separated lists (sweep, probe)
   bool ranks = true;   ///< --world-size and --sharding (the probe runs on one GPU)
+  bool fit = true;     ///< --gpu and --alloc-conf (the decision by simulation; not the probe's)
 };
 
 /// The model a command works on: its shape, where it came from, and the step the flags give for it
@@ -144,7 +147,8 @@ struct ModelFlags {
   std::vector<std::uint64_t> batches{1};        ///< --batch where it takes a list (else `step.batch`)
   std::vector<std::uint64_t> seqs{2048};        ///< --seq where it takes a list (else `step.seq`)
   Stack stack = Stack::hf_peft;
-  std::optional<Bytes> budget;                  ///< --budget: what the allocator may use
+  std::optional<Bytes> budget;                  ///< --budget, or --gpu's card: what the allocator may reserve
+  AllocConf alloc_conf;                         ///< --alloc-conf: PYTORCH_CUDA_ALLOC_CONF's settings
 
   /// Adds the flags to `app`, in the order of its help.
   void add(CLI::App& app, BadValues& bad, StepFlagSet set);
@@ -152,11 +156,20 @@ struct ModelFlags {
   void check(bool model_required = true) const;
   /// The model (reads the config file) and the step the flags give for it.
   [[nodiscard]] NamedModel resolve() const;
+  /// The run `estimate` decides: the budget (if any) and the allocator's settings.
+  [[nodiscard]] RunContext context() const {
+    RunContext c;
+    c.budget = budget;
+    c.alloc_conf = alloc_conf;
+    return c;
+  }
 
 private:
   bool precision_given_ = false;            ///< --precision given: the config's dtype does not apply
   const CLI::Option* lora_rank_ = nullptr;  ///< to tell whether --lora-rank was given
   const CLI::Option* lora_targets_ = nullptr;
+  const CLI::Option* budget_ = nullptr;  ///< to tell --budget and --gpu apart
+  const CLI::Option* gpu_ = nullptr;
 };
 
 /// A command on a model (predict, max-batch, max-seq, sweep, probe): the model and step flags,
@@ -175,8 +188,9 @@ protected:
 
 /// The model's JSON: its shape (vramfit/json.hpp) with "name" (or "config", its path) and "parameters".
 nlohmann::json model_json(const NamedModel& m);
-/// The budget's fields: budget_bytes, fits, and headroom_bytes or shortfall_bytes.
-void add_budget_json(nlohmann::json& j, Bytes required, Bytes budget);
+/// The budget's fields: budget_bytes, fits (`e.fits`: by simulation where a program applies), and
+/// headroom_bytes or shortfall_bytes of `required`.
+void add_budget_json(nlohmann::json& j, const Estimate& e, Bytes budget);
 /// One step's estimate (vramfit/json.hpp) with the model, the step and, given a budget, its fields.
 nlohmann::json estimate_json(const NamedModel& model, const Step& step, const Estimate& e,
                              std::optional<Bytes> budget);

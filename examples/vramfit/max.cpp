@@ -2,7 +2,11 @@
 // the budget, from `vramfit::max_batch` / `vramfit::max_seq`, and the estimate there; exit 3 when
 // not even 1 fits.
 
+#include <algorithm>
+#include <vector>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common.hpp"
 #include "vramfit/json.hpp"
@@ -28,7 +32,7 @@ public:
     ModelCommand::check();
     if (!flags_.budget)
       throw InvalidInput("--budget", "required by " + app_->get_name() +
-                                         " (the memory the step may use, e.g. --budget 24GiB)");
+                                         " (the memory the allocator may reserve, e.g. --budget 24GiB, or --gpu NAME)");
   }
 
   int run(std::FILE* out, std::FILE*) const override {
@@ -36,14 +40,15 @@ public:
     const Budget budget(*flags_.budget);
     Step step = search_batch_ ? model.at(model.step.batch, model.step.seq) : model.step;
     const std::string_view what = search_batch_ ? "batch" : "seq";
-    SearchResult found = search_batch_ ? max_batch(model.shape, step, budget, flags_.stack)
-                                       : max_seq(model.shape, step, budget, flags_.stack);
+    SearchResult found = search_batch_ ? max_batch(model.shape, step, budget, flags_.stack, flags_.context())
+                                       : max_seq(model.shape, step, budget, flags_.stack, flags_.context());
     // A config's sliding window bounds the sequences vramfit models (`validate(step, config)`).
     const bool window_capped = !search_batch_ && model.sliding_window && found.value >= *model.sliding_window;
     if (window_capped) {
       found.value = *model.sliding_window - 1;
       found.capped = true;
-      found.at = estimate(model.shape, model.at(step.batch, found.value), flags_.stack);
+      found.at = estimate(model.shape, model.at(step.batch, found.value), flags_.stack, flags_.context());
+      std::erase_if(found.oom_below, [&](std::uint64_t v) { return v >= found.value; });
     }
     const std::uint64_t best = found.value;
     (search_batch_ ? step.batch : step.seq) = best == 0 ? 1 : best;  // the step of `found.at`
@@ -55,6 +60,7 @@ public:
       j["budget_bytes"] = budget.usable.count();
       j["capped"] = found.capped;
       j["provenance"] = provenance_json<nlohmann::ordered_json>(at);
+      j["oom_below"] = found.oom_below;  // smaller values that run out of memory under the budget
       j["prediction"] = nlohmann::json(at);
       j["stack"] = to_string(at.stack);
       j["model"] = model_json(model);
@@ -71,8 +77,13 @@ public:
         fmt::print(out, "max {}: 0: not even {} 1 fits; it requires {} (peak {} in the {})\n", what, what, at.required,
                    at.peak, at.phase);
       else
-        fmt::print(out, "max {}: {}\n  at {} {}: peak {} in the {}, requires {}\n", what, best, what, best, at.peak,
-                   at.phase, at.required);
+        fmt::print(out, "max {}: {}\n  at {} {}: peak {} in the {}, {}\n", what, best, what, best, at.peak, at.phase,
+                   at.verdict && at.verdict->method == Method::allocator_simulation
+                       ? fmt::format("reserved peak {} under the budget (simulated)", at.verdict->reserved_peak)
+                       : fmt::format("requires {}", at.required));
+      if (!found.oom_below.empty())
+        fmt::print(out, "  smaller {} values that run out of memory under this budget: {}\n", what,
+                   fmt::join(found.oom_below, ", "));
       if (window_capped)
         fmt::print(out, "  (capped below the config's sliding window of {} tokens, which vramfit does not model; "
                         "longer sequences may fit)\n", *model.sliding_window);

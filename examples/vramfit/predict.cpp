@@ -21,7 +21,7 @@ public:
   int run(std::FILE* out, std::FILE*) const override {
     const NamedModel model = flags_.resolve();
     const Step step = model.at(model.step.batch, model.step.seq);
-    const Estimate e = estimate(model.shape, step, flags_.stack);
+    const Estimate e = estimate(model.shape, step, flags_.stack, flags_.context());
     const std::optional<Bytes>& budget = flags_.budget;
     const bool fits = !budget || e.fits(Budget(*budget));
     if (json_) {
@@ -40,7 +40,26 @@ public:
                  e.simulation->peak, e.simulation->phase, p.peak);
     else if (!e.no_simulation.empty())
       fmt::print(out, "\nno allocator simulation: {}; the closed form is the prediction\n", e.no_simulation);
-    if (budget) {
+    if (e.simulation && !budget)
+      fmt::print(out, "reserved by the allocator at the end of the run (no budget): {}\n", e.simulation->reserved);
+    if (e.verdict && e.verdict->method == Method::allocator_simulation) {
+      const BudgetVerdict& v = *e.verdict;
+      fmt::print(out, "\nallocator simulation under the budget{}: the build and three steps, at every segment placement\n",
+                 e.inputs.context.alloc_conf == AllocConf{} ? "" : ", " + to_string(e.inputs.context.alloc_conf));
+      if (v.fits)
+        fmt::print(out, "fits the budget of {}: no request runs out of memory; reserved peak {} (allocated peak {}), "
+                        "headroom {}\n",
+                   budget_text(*budget), v.reserved_peak, e.peak,
+                   v.reserved_peak <= *budget ? *budget - v.reserved_peak : Bytes{});
+      else
+        fmt::print(out,
+                   "does not fit the budget of {}: OUT OF MEMORY in {}{}: tried to allocate {}; {} allocated by "
+                   "PyTorch, {} reserved but unallocated\nreserved at most {} before that (without a limit the "
+                   "allocated peak is {})\n",
+                   budget_text(*budget), v.oom->step == 0 ? "the " : fmt::format("step {}'s ", v.oom->step),
+                   v.oom->phase, v.oom->tried_to_allocate, v.oom->allocated, v.oom->reserved_unallocated,
+                   v.reserved_peak, e.peak);
+    } else if (budget) {
       if (fits)
         fmt::print(out, "\nfits the budget of {}: requires {}, headroom {}\n", budget_text(*budget), e.required,
                    *budget - e.required);

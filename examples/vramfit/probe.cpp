@@ -111,7 +111,7 @@ public:
   ProbeCommand(CLI::App& parent, BadValues& bad)
       : ModelCommand(add_command(parent, "probe", std::string(probe_usage), std::string(probe_summary),
                                  "0 success, 2 bad input, 3 with --budget: a step does not fit"),
-                     bad, {.lists = true, .ranks = false}) {
+                     bad, {.lists = true, .ranks = false, .fit = false}) {
     add_switch(*app_, "--instruments", instruments_,
                "measure instead of checking steps: bytes per logits element of the loss (bf16 and fp32-upcast) "
                "across vocabularies, the extra memory of each SDPA backend and of the default, the stack record");

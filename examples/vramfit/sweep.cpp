@@ -46,7 +46,7 @@ public:
     for (std::uint64_t seq : flags_.seqs)
       for (std::uint64_t batch : flags_.batches) {
         const Step step = model.at(batch, seq);
-        rows.push_back({step, estimate(model.shape, step, flags_.stack)});
+        rows.push_back({step, estimate(model.shape, step, flags_.stack, flags_.context())});
       }
     const bool all_fit = !budget || std::all_of(rows.begin(), rows.end(), [&](const Row& r) {
                            return r.estimate.fits(Budget(*budget));
@@ -69,7 +69,10 @@ public:
     fmt::print(out, "stack:  {} ({})\nbasis:  {}\n", to_string(flags_.stack), method_text(rows),
                basis(method_text(rows), flags_.stack, rows.front().estimate.provenance));
     if (budget)
-      fmt::print(out, "budget: {}; fits: the peak plus the allocator's margin is within it\n", budget_text(*budget));
+      fmt::print(out,
+                 "budget: {}; fits: the simulated build and three steps run under it (where no program applies: the "
+                 "peak plus the allocator's margin is within it)\n",
+                 budget_text(*budget));
     fmt::print(out, "\n{}", sweep_table(table));
     return all_fit ? exit_success : exit_does_not_fit;
   }

@@ -2,8 +2,10 @@
 /// @file estimate.hpp
 /// The answer vramfit gives for a step, from one call: `estimate(model, step, stack)` runs the
 /// closed form (the breakdown by term and phase) and, where a step program was recorded for the
-/// step's kind, the allocator simulation, which is then the peak; `required` is what a budget must
-/// cover. `max_batch` and `max_seq` answer with the same figure.
+/// step's kind, the allocator simulation, which is then the peak. Whether a run fits a budget is
+/// decided by simulating the build and three steps under the allocator's limit where a program
+/// applies (`RunContext::budget`, `Estimate::verdict`), else by `required` (the closed form's peak
+/// plus margin). `max_batch` and `max_seq` answer by the same decision.
 ///
 ///     const vramfit::Estimate e = vramfit::estimate(vramfit::preset("Qwen2.5-0.5B"), step);
 ///     if (!e.fits(vramfit::Budget(23_GiB))) ...;  // e.peak, e.required, e.method, e.closed_form
@@ -12,13 +14,16 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "vramfit/alloc_conf.hpp"
 #include "vramfit/bytes.hpp"
 #include "vramfit/format.hpp"
 #include "vramfit/model.hpp"
@@ -63,6 +68,28 @@ struct Simulation {
   std::size_t requests = 0;  ///< allocator requests replayed
 };
 
+/// What PyTorch's out-of-memory message reports at the request that did not fit, and where.
+struct OutOfMemory {
+  Bytes requested;             ///< the request, rounded to 512 B
+  Bytes tried_to_allocate;     ///< the segment the allocator asked for ("Tried to allocate")
+  Bytes allocated;             ///< "allocated by PyTorch"
+  Bytes reserved_unallocated;  ///< "reserved by PyTorch but unallocated", after the caches were released
+  Bytes limit;                 ///< "allowed"
+  std::string_view phase;      ///< build, forward, backward, optimizer, zero_grad
+  int step = 0;                ///< 1 to 3; 0: the build
+};
+
+/// Whether the run fits a budget: the simulated build and three steps under the allocator's
+/// limit where a program applies, else the closed form's `required` within the budget.
+struct BudgetVerdict {
+  Bytes budget{};                   ///< what the caching allocator may reserve
+  bool fits = false;
+  Method method = Method::closed_form;
+  Bytes reserved_peak{};            ///< simulation: the most reserved over the steps (0 with the closed form)
+  bool pressed = false;             ///< simulation: the limit refused a segment (caches were released)
+  std::optional<OutOfMemory> oom{}; ///< simulation: where it ran out of memory
+};
+
 /// How the process stood when the run began. The defaults are a fresh process, as users run it;
 /// the replay of measurements sets what the harness's process held.
 struct RunContext {
@@ -70,6 +97,17 @@ struct RunContext {
   /// libtorch: none, the Probe releases them). For hf-peft never less than the workspaces.
   std::optional<Bytes> held_before;
   bool cache_emptied_after_build = false;  ///< `torch.cuda.empty_cache()` between build and step 1
+  /// Bytes the caching allocator may reserve (c10's allowed_memory_maximum: `memory_fraction_limit`
+  /// of a fraction, or `Gpu::allocator_budget`); with it `estimate` decides whether the run fits.
+  std::optional<Bytes> budget{};
+  AllocConf alloc_conf{};  ///< PYTORCH_CUDA_ALLOC_CONF's settings (`parse_alloc_conf`)
+};
+
+/// What `estimate` was asked, kept so an estimate can decide other budgets.
+struct EstimateInputs {
+  ModelShape model{};
+  Step step{};
+  RunContext context{};
 };
 
 /// Where an estimate's figures come from and how far they are checked: the GPU and software its
@@ -91,9 +129,14 @@ struct Estimate {
   std::optional<Simulation> simulation;  ///< where a program applies
   std::string_view no_simulation;        ///< why none applies (empty when one ran)
   Provenance provenance;                 ///< recorded on what, and what is not validated
+  std::optional<BudgetVerdict> verdict{};  ///< under `RunContext::budget`, when one was given
+  EstimateInputs inputs{};
 
-  /// Whether the step fits: `required` within the budget.
-  [[nodiscard]] constexpr bool fits(Budget b) const { return required <= b.usable; }
+  /// Whether the run fits `b`: the simulated build and three steps under that limit where a
+  /// program applies (the verdict above when `b` is its budget), else `required` within it.
+  [[nodiscard]] bool fits(Budget b) const;
+  /// The verdict under `b` (simulated again unless `b` is the verdict's budget).
+  [[nodiscard]] BudgetVerdict verdict_under(Budget b) const;
 };
 
 namespace detail {
@@ -131,6 +174,20 @@ struct StackDefinition {
   }
 };
 
+inline BudgetVerdict closed_form_verdict(Bytes required, Bytes budget) {
+  return BudgetVerdict{.budget = budget, .fits = required <= budget, .method = Method::closed_form};
+}
+inline BudgetVerdict to_verdict(const PlacementVerdict& v, Bytes budget) {
+  BudgetVerdict out{.budget = budget, .fits = v.fits, .method = Method::allocator_simulation,
+                    .reserved_peak = v.reserved_peak, .pressed = v.pressed};
+  if (v.oom)
+    out.oom = OutOfMemory{.requested = Bytes(v.oom->requested), .tried_to_allocate = Bytes(v.oom->tried_to_allocate),
+                          .allocated = Bytes(v.oom->allocated),
+                          .reserved_unallocated = Bytes(v.oom->reserved - v.oom->allocated),
+                          .limit = Bytes(v.oom->limit), .phase = v.oom_phase, .step = v.oom_step};
+  return out;
+}
+
 template <class F>
 decltype(auto) visit_stack(Stack s, F&& f) {
   if (s == Stack::libtorch) return f(StackDefinition<profiles::LibTorch>{});
@@ -165,15 +222,25 @@ inline Estimate estimate(const ModelShape& model, const Step& step, Stack stack 
     Estimate out;
     out.stack = stack;
     out.provenance = provenance(stack, step);
+    out.inputs = EstimateInputs{model, step, context};
     out.closed_form = predictor.predict(model, step);
     out.peak = out.closed_form.peak;
     out.required = out.closed_form.required;
     out.phase = to_key(out.closed_form.phase);
     const auto* entry = detail::find_entry(Definition::programs(), model, step, out.no_simulation);
-    if (entry == nullptr) return out;
-    const detail::PlacementPeaks p =
-        detail::simulate_placements(detail::parsed(Definition::programs(), *entry), model, step,
-                                    Definition::held(model, step, context), context.cache_emptied_after_build);
+    if (entry == nullptr) {
+      if (context.budget) out.verdict = detail::closed_form_verdict(out.required, *context.budget);
+      return out;
+    }
+    const detail::StepProgram& program = detail::parsed(Definition::programs(), *entry);
+    const Bytes held = Definition::held(model, step, context);
+    const detail::PlacementPeaks p = detail::simulate_placements(program, model, step, held,
+                                                                 context.cache_emptied_after_build, context.alloc_conf);
+    if (context.budget)
+      out.verdict = detail::to_verdict(detail::simulate_under_limit(program, model, step, held,
+                                                                    context.cache_emptied_after_build,
+                                                                    context.alloc_conf, context.budget->count()),
+                                       *context.budget);
     out.simulation = Simulation{.peak = p.peak, .first = p.first, .steady = p.steady, .after_build = p.after_build,
                                 .reserved = p.reserved, .phase = p.phase, .requests = p.requests};
     out.method = Method::allocator_simulation;
@@ -197,37 +264,85 @@ inline std::string basis(std::string_view method, Stack stack, const Provenance&
   return out;
 }
 inline std::string basis(const Estimate& e) { return basis(to_string(e.method), e.stack, e.provenance); }
+inline BudgetVerdict Estimate::verdict_under(Budget b) const {
+  if (verdict && verdict->budget == b.usable) return *verdict;
+  if (method == Method::closed_form) return detail::closed_form_verdict(required, b.usable);
+  return detail::visit_stack(stack, [&](auto def) {
+    using Definition = decltype(def);
+    std::string_view why;
+    const auto* entry = detail::find_entry(Definition::programs(), inputs.model, inputs.step, why);
+    if (entry == nullptr) return detail::closed_form_verdict(required, b.usable);
+    return detail::to_verdict(
+        detail::simulate_under_limit(detail::parsed(Definition::programs(), *entry), inputs.model, inputs.step,
+                                     Definition::held(inputs.model, inputs.step, inputs.context),
+                                     inputs.context.cache_emptied_after_build, inputs.context.alloc_conf,
+                                     b.usable.count()),
+        b.usable);
+  });
+}
+inline bool Estimate::fits(Budget b) const {
+  if (verdict && verdict->budget == b.usable) return verdict->fits;
+  if (method == Method::closed_form) return required <= b.usable;
+  return verdict_under(b).fits;
+}
 
 /// The answer of a search for the largest batch or sequence length that fits a budget.
 struct SearchResult {
   std::uint64_t value = 0;  ///< the largest value that fits; 0 when not even 1 does
   bool capped = false;      ///< `value` is the search's limit (batch 2^20, seq 2^24): larger may fit too
-  Estimate at;              ///< the estimate at `value` (at 1 when `value` is 0)
+  Estimate at;              ///< the estimate at `value` (at 1 when `value` is 0), with its verdict
+  /// Smaller values that would run out of memory under the budget (the simulation's verdict is not
+  /// monotone: a smaller batch can split segments worse), ascending.
+  std::vector<std::uint64_t> oom_below{};
 };
 
 namespace detail {
-/// Refines `candidate` (an upper bound: the expected closed form's answer, and an estimate's
-/// `required` is never below that closed form's) to the largest value whose estimate fits: down in doubling strides
-/// until one fits, then bisection.
+/// Values above the first miss checked for a fit again, and values below the answer checked for
+/// an OOM while the limit was reached there (the simulation's verdict is not monotone near the
+/// boundary; past these the search takes it to be).
+inline constexpr std::uint64_t kSearchAbove = 4, kSearchBelow = 64;
+
+/// Finds the largest value whose run fits the budget (`Estimate::verdict`), starting from the
+/// closed form's answer `candidate`: up in doubling strides while values fit, else down, then
+/// bisection; then the few values above the first miss whose allocated peak is within the
+/// budget; then the values below the answer that still reached the limit, for `oom_below`.
 inline SearchResult refine_search(const ModelShape& model, Step step, Budget budget, Stack stack,
-                                  std::uint64_t Step::*field, std::uint64_t candidate, std::uint64_t limit) {
+                                  std::uint64_t Step::*field, std::uint64_t candidate, std::uint64_t limit,
+                                  RunContext context) {
+  context.budget = budget.usable;
   const auto at = [&](std::uint64_t v) {
     step.*field = v;
-    return estimate(model, step, stack);
+    return estimate(model, step, stack, context);
+  };
+  std::map<std::uint64_t, std::optional<Estimate>> seen;  // nullopt: overflows
+  const auto get = [&](std::uint64_t v) -> const std::optional<Estimate>& {
+    auto it = seen.find(v);
+    if (it != seen.end()) return it->second;
+    std::optional<Estimate> e;
+    try {
+      e = at(v);
+    } catch (const Overflow&) {
+    }
+    return seen.emplace(v, std::move(e)).first->second;
   };
   const auto fits = [&](std::uint64_t v) {
-    try {
-      return at(v).fits(budget);
-    } catch (const Overflow&) {
-      return false;
-    }
+    const auto& e = get(v);
+    return e.has_value() && e->verdict->fits;
   };
-  SearchResult out;
-  std::uint64_t fit = 0, miss = candidate + 1;  // invariant: `fit` fits (0: none found), `miss` does not
-  if (candidate > 0 && fits(candidate)) {
+  candidate = std::min(std::max<std::uint64_t>(candidate, 1), limit);
+  std::uint64_t fit = 0, miss = candidate;  // invariant: `fit` fits (0: none found), `miss` does not
+  if (fits(candidate)) {
     fit = candidate;
-  } else if (candidate > 0) {
-    miss = candidate;
+    miss = limit + 1;
+    for (std::uint64_t stride = 1; fit < limit; stride *= 2) {
+      const std::uint64_t probe = limit - fit > stride ? fit + stride : limit;
+      if (!fits(probe)) {
+        miss = probe;
+        break;
+      }
+      fit = probe;
+    }
+  } else {
     for (std::uint64_t stride = 1; miss > 1; stride *= 2) {
       const std::uint64_t probe = miss > stride ? miss - stride : 1;
       if (fits(probe)) {
@@ -236,10 +351,23 @@ inline SearchResult refine_search(const ModelShape& model, Step step, Budget bud
       }
       miss = probe;
     }
-    while (fit != 0 && miss - fit > 1) {
-      const std::uint64_t mid = fit + (miss - fit) / 2;
-      (fits(mid) ? fit : miss) = mid;
-    }
+  }
+  while (fit != 0 && miss - fit > 1) {
+    const std::uint64_t mid = fit + (miss - fit) / 2;
+    (fits(mid) ? fit : miss) = mid;
+  }
+  for (std::uint64_t v = miss + 1; v <= limit && v <= std::max(miss, fit) + kSearchAbove; ++v) {
+    const auto& e = get(v);
+    if (!e || e->method != Method::allocator_simulation || e->peak > budget.usable) break;
+    if (e->verdict->fits) fit = v;
+  }
+  SearchResult out;
+  for (std::uint64_t v = fit; v > 1 && fit - v < kSearchBelow;) {
+    --v;
+    const auto& e = get(v);
+    if (!e) continue;
+    if (!e->verdict->fits) out.oom_below.insert(out.oom_below.begin(), v);
+    else if (!e->verdict->pressed) break;  // ran without reaching the limit: smaller values ask less
   }
   out.value = fit;
   out.capped = fit == limit;  // the answer is the limit itself, whatever the closed form proposed
@@ -248,22 +376,47 @@ inline SearchResult refine_search(const ModelShape& model, Step step, Budget bud
 }
 }  // namespace detail
 
-/// The largest batch whose step fits the budget, and the estimate there. The closed form brackets
-/// it in microseconds; the simulation (where a program applies) confirms the answer.
-inline SearchResult max_batch(const ModelShape& model, Step step, Budget budget, Stack stack = Stack::hf_peft) {
+/// The largest batch whose run fits the budget, the estimate there, and smaller batches that would
+/// run out of memory. The closed form brackets it in microseconds; the simulation under the budget
+/// (where a program applies) decides. `context`: as `estimate`'s (its budget is `budget`).
+inline SearchResult max_batch(const ModelShape& model, Step step, Budget budget, Stack stack = Stack::hf_peft,
+                              const RunContext& context = {}) {
   const std::uint64_t candidate = detail::visit_stack(
       stack, [&](auto def) { return typename decltype(def)::expected_predictor{}.max_batch(model, step, budget); });
-  return detail::refine_search(model, step, budget, stack, &Step::batch, candidate, 1ULL << 20);
+  return detail::refine_search(model, step, budget, stack, &Step::batch, candidate, 1ULL << 20, context);
 }
 
-/// The largest sequence length whose step fits the budget, and the estimate there.
-inline SearchResult max_seq(const ModelShape& model, Step step, Budget budget, Stack stack = Stack::hf_peft) {
+/// The largest sequence length whose run fits the budget, the estimate there, and smaller lengths
+/// that would run out of memory.
+inline SearchResult max_seq(const ModelShape& model, Step step, Budget budget, Stack stack = Stack::hf_peft,
+                            const RunContext& context = {}) {
   const std::uint64_t candidate = detail::visit_stack(
       stack, [&](auto def) { return typename decltype(def)::expected_predictor{}.max_seq(model, step, budget); });
-  return detail::refine_search(model, step, budget, stack, &Step::seq, candidate, 1ULL << 24);
+  return detail::refine_search(model, step, budget, stack, &Step::seq, candidate, 1ULL << 24, context);
 }
 
 }  // namespace vramfit
+
+/// `fmt::print("{}", verdict)`: the reserved peak and whether the run fits the budget (where it ran
+/// out of memory, with the figures PyTorch's message reports); one line each.
+template <>
+struct fmt::formatter<vramfit::BudgetVerdict> : vramfit::detail::NoFormatSpec {
+  auto format(const vramfit::BudgetVerdict& v, format_context& ctx) const -> decltype(ctx.out()) {
+    auto out = ctx.out();
+    if (v.method == vramfit::Method::closed_form)
+      return fmt::format_to(out, "budget:    {} for the allocator: {} (closed form: required {} the budget)\n",
+                            v.budget, v.fits ? "fits" : "does not fit", v.fits ? "within" : "above");
+    out = fmt::format_to(out, "reserved:  {} at most under the budget (build and three steps simulated)\n",
+                         v.reserved_peak);
+    if (v.fits) return fmt::format_to(out, "budget:    {} for the allocator: fits (no out of memory)\n", v.budget);
+    const vramfit::OutOfMemory& o = *v.oom;
+    return fmt::format_to(out,
+                          "budget:    {} for the allocator: OUT OF MEMORY in {} {}: tried to allocate {}; {} "
+                          "allocated, {} reserved but unallocated\n",
+                          v.budget, o.step == 0 ? "the" : fmt::format("step {}'s", o.step), o.phase,
+                          o.tried_to_allocate, o.allocated, o.reserved_unallocated);
+  }
+};
 
 /// `fmt::print("{}", estimate)`: the peak, how it was obtained, `required`, then the closed form's
 /// breakdown by term and phase.
@@ -275,6 +428,7 @@ struct fmt::formatter<vramfit::Estimate> : vramfit::detail::NoFormatSpec {
                               vramfit::to_string(e.method));
     out = fmt::format_to(out, "required:  {} with the allocator's margin\n", e.required);
     out = fmt::format_to(out, "basis:     {}\n", vramfit::basis(e));
+    if (e.verdict) out = fmt::format_to(out, "{}", *e.verdict);
     if (e.simulation)
       out = fmt::format_to(out, "method:    the recorded {} step program through the allocator model ({} requests, "
                                 "{} reserved); the terms below are the closed form's breakdown, {} at its peak\n",

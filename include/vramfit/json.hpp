@@ -193,6 +193,21 @@ Json provenance_json(const Estimate& e) {
   return j;
 }
 
+/// The decision under a budget: fits, how, the simulated reserved peak, and an OOM's figures.
+template <class Json>
+void to_json(Json& j, const BudgetVerdict& v) {
+  j = {{"budget_bytes", v.budget.count()}, {"fits", v.fits}, {"method", to_string(v.method)}};
+  if (v.method == Method::allocator_simulation) j["reserved_peak_bytes"] = v.reserved_peak.count();
+  if (v.oom)
+    j["oom"] = {{"step", v.oom->step},
+                {"phase", v.oom->phase},
+                {"requested_bytes", v.oom->requested.count()},
+                {"tried_to_allocate_bytes", v.oom->tried_to_allocate.count()},
+                {"allocated_bytes", v.oom->allocated.count()},
+                {"reserved_unallocated_bytes", v.oom->reserved_unallocated.count()},
+                {"limit_bytes", v.oom->limit.count()}};
+}
+
 template <class Json>
 void to_json(Json& j, const Estimate& e) {
   Json simulation = e.simulation ? Json(*e.simulation) : Json::object();
@@ -206,6 +221,8 @@ void to_json(Json& j, const Estimate& e) {
        {"provenance", provenance_json<Json>(e)},
        {"closed_form", e.closed_form},
        {"simulation", std::move(simulation)}};
+  if (e.verdict) j["verdict"] = *e.verdict;
+  if (e.inputs.context.alloc_conf != AllocConf{}) j["alloc_conf"] = to_string(e.inputs.context.alloc_conf);
 }
 
 }  // namespace vramfit

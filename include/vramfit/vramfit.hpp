@@ -3,6 +3,7 @@
 /// The umbrella header: everything that needs only the standard library and fmt. Not included
 /// here: vramfit/config_json.hpp (needs nlohmann-json) and vramfit/probe.hpp (needs LibTorch).
 
+#include "vramfit/alloc_conf.hpp"
 #include "vramfit/bytes.hpp"
 #include "vramfit/error.hpp"
 #include "vramfit/format.hpp"

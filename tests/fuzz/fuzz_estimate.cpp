@@ -120,11 +120,13 @@ void check_estimate(const vramfit::ModelShape& m, const vramfit::Step& s, vramfi
     if (*closed < limit) check(!fits_at(s, *closed + 1, closed_fits), "the batch after max_batch does not fit");
   }
   if (!search || !closed) return;
-  // The estimate's largest batch: within the closed form's, it fits, and the next does not.
+  // The estimate's largest batch: it fits, and the next does not (the simulation's verdict may
+  // answer above the closed form's: its margin is not the allocator's rule).
   const auto found = attempt([&] { return max_batch(m, s, budget, stack); });
   if (!found) return;
   const auto estimate_fits = [&](const Step& at) { return estimate(m, at, stack).fits(budget); };
-  check(found->value <= *closed, "the estimate's max_batch is within the closed form's");
+  for (const std::uint64_t v : found->oom_below)
+    check(v < found->value && !fits_at(s, v, estimate_fits), "oom_below lists smaller batches that do not fit");
   check(found->capped == (*closed >= limit), "capped when the closed form reaches the limit");
   if (found->value > 0) check(found->at.fits(budget), "the estimate at max_batch fits");
   if (found->value < limit) check(!fits_at(s, found->value + 1, estimate_fits), "the batch after max_batch does not fit");

@@ -6,9 +6,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
+#include "vramfit/alloc_conf.hpp"
 #include "vramfit/bytes.hpp"
 #include "vramfit/model.hpp"
 #include "vramfit/step.hpp"
@@ -88,17 +90,32 @@ inline ProgramDims program_dims(const ModelShape& m, const Step& s) {
                      .rank = s.mode == Mode::lora ? s.lora.rank : 0};
 }
 
-/// Runs `program` under every segment placement the simulation considers (`CachingAllocatorModel::
-/// AddressOrder`): ascending, descending, the driver's at each of its headrooms and the scattered
-/// ones; keeps the largest figure of each kind, with the phase of the placement that gives the peak.
-/// `held`: bytes the process holds outside the program (in segments of their own).
-inline PlacementPeaks simulate_placements(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
-                                          bool empty_cache_after_build) {
+/// Calls `run(order, headroom)` for every segment placement the simulation considers
+/// (`CachingAllocatorModel::AddressOrder`): ascending, descending, the driver's at each of its
+/// headrooms and the scattered ones, until `run` answers false. With expandable segments the
+/// placement of segments does not matter (one address range per pool): one run.
+template <class F>
+void for_each_placement(bool expandable, F&& run) {
   using Order = CachingAllocatorModel::AddressOrder;
+  if (!run(Order::ascending, 0) || expandable || !run(Order::descending, 0)) return;
+  for (std::uint64_t h = 0; h <= CachingAllocatorModel::kDriverHeadroomMax; h += CachingAllocatorModel::kDriverHeadroomStep)
+    if (!run(Order::driver, h)) return;
+  for (std::uint64_t seed = 1; seed <= CachingAllocatorModel::kScatteredPlacements; ++seed)
+    if (!run(Order::scattered, seed)) return;
+}
+
+/// Runs `program` under every segment placement (`for_each_placement`); keeps the largest figure
+/// of each kind, with the phase of the placement that gives the peak. `held`: bytes the process
+/// holds outside the program (in segments of their own).
+inline PlacementPeaks simulate_placements(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
+                                          bool empty_cache_after_build, const AllocConf& conf = {}) {
   const ProgramDims d = program_dims(m, s);
   const bool first = s.peak_over == PeakOver::first_step;
+  ProgramRunOptions options;
+  options.conf = conf;
   PlacementPeaks out;
-  const auto keep = [&](const ProgramPeaks& p) {
+  for_each_placement(conf.expandable_segments, [&](CachingAllocatorModel::AddressOrder order, std::uint64_t h) {
+    const ProgramPeaks p = program.run(d, m.layers, held, empty_cache_after_build, options, order, h);
     out.first = max(out.first, p.first);
     out.steady = max(out.steady, p.steady);
     out.after_build = max(out.after_build, p.after_build);
@@ -109,17 +126,61 @@ inline PlacementPeaks simulate_placements(const StepProgram& program, const Mode
       out.phase = enum_name(first ? p.first_phase : p.steady_phase);
       out.requests = p.requests;
     }
-  };
-  keep(program.run(d, m.layers, held, empty_cache_after_build, Order::ascending));
-  keep(program.run(d, m.layers, held, empty_cache_after_build, Order::descending));
-  for (std::uint64_t h = 0; h <= CachingAllocatorModel::kDriverHeadroomMax;
-       h += CachingAllocatorModel::kDriverHeadroomStep)
-    keep(program.run(d, m.layers, held, empty_cache_after_build, Order::driver, h));
-  for (std::uint64_t seed = 1; seed <= CachingAllocatorModel::kScatteredPlacements; ++seed)
-    keep(program.run(d, m.layers, held, empty_cache_after_build, Order::scattered, seed));
+    return true;
+  });
   // What the process holds outside the program sits in segments of its own, rounded up to the
   // 2 MiB the allocator rounds large segments to (the cuBLAS workspaces: 64 or 65 MiB).
   out.reserved = out.reserved + Bytes(checked_add(held.count(), (2ULL << 20) - 1) / (2ULL << 20) * (2ULL << 20));
+  return out;
+}
+
+/// The requests behind `held` bytes made before the build: 32 MiB workspaces (cuBLAS's, one per
+/// thread that ran a matmul), then 1 MiB ones (cuBLASLt's), then the rest as one request. The
+/// hf-peft harness's 65 MiB: 32 + 32 + 1 MiB (tests/validation/README.md#workspaces).
+inline std::vector<std::uint64_t> held_requests(Bytes held) {
+  constexpr std::uint64_t big = 32ULL << 20, lt = 1ULL << 20;
+  std::vector<std::uint64_t> out;
+  std::uint64_t rest = held.count();
+  for (; rest >= big && out.size() < 64; rest -= big) out.push_back(big);
+  for (; rest >= lt && rest % lt == 0 && rest <= 4 * lt; rest -= lt) out.push_back(lt);
+  if (rest > 0) out.push_back(rest);
+  return out;
+}
+
+/// The run under a limit: whether every placement ran the build and `steps` steps, the most
+/// reserved, and at the first placement that did not, the request that failed and where.
+struct PlacementVerdict {
+  bool fits = true;
+  Bytes reserved_peak;  ///< over the steps, the largest of the placements run
+  std::optional<CachingAllocatorModel::OutOfMemory> oom;
+  std::string_view oom_phase;  ///< build, forward, backward, optimizer, zero_grad
+  int oom_step = 0;            ///< 0: the build
+  bool pressed = false;        ///< the limit refused a segment somewhere (caches were released)
+};
+
+/// Runs `program` under `limit` bytes (c10's allowed_memory_maximum) and `conf` at every placement
+/// until one runs out of memory; `held` bytes are requested before the build (`held_requests`).
+inline PlacementVerdict simulate_under_limit(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
+                                             bool empty_cache_after_build, const AllocConf& conf, std::uint64_t limit,
+                                             int steps = 3) {
+  const ProgramDims d = program_dims(m, s);
+  ProgramRunOptions options;
+  options.limit = limit;
+  options.conf = conf;
+  options.held_requests = held_requests(held);
+  options.steps = steps;
+  PlacementVerdict out;
+  for_each_placement(conf.expandable_segments, [&](CachingAllocatorModel::AddressOrder order, std::uint64_t h) {
+    const ProgramPeaks p = program.run(d, m.layers, held, empty_cache_after_build, options, order, h);
+    out.reserved_peak = max(out.reserved_peak, p.reserved_peak);
+    out.pressed = out.pressed || p.limit_refusals > 0;
+    if (!p.oom) return true;
+    out.fits = false;
+    out.oom = p.oom;
+    out.oom_phase = enum_name(p.oom_phase);
+    out.oom_step = p.oom_step;
+    return false;
+  });
   return out;
 }
 

@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "vramfit/alloc_conf.hpp"
 #include "vramfit/detail/allocator.hpp"
 #include "vramfit/bytes.hpp"
 #include "vramfit/error.hpp"
@@ -202,6 +203,22 @@ struct ProgramPeaks {
   ProgramPhase first_phase = ProgramPhase::build;
   ProgramPhase steady_phase = ProgramPhase::build;
   std::size_t requests = 0;
+  Bytes reserved_peak;          ///< the most reserved over the steps (the build's segments included)
+  /// Under a limit: the request that did not fit, and where (step 0: the build).
+  std::optional<CachingAllocatorModel::OutOfMemory> oom;
+  ProgramPhase oom_phase = ProgramPhase::build;
+  int oom_step = 0;
+  std::size_t limit_refusals = 0;  ///< new segments the limit refused (0: it was never reached)
+};
+
+/// How a program runs beyond the plain replay: the allocator's limit and settings, the requests
+/// the process made before the build (held through the run, so the limit sees them), and the
+/// steps (3 runs step 2's blocks once more, as the validation harness's three steps).
+struct ProgramRunOptions {
+  std::optional<std::uint64_t> limit;
+  AllocConf conf;
+  std::vector<std::uint64_t> held_requests;
+  int steps = 2;
 };
 
 class StepProgram {
@@ -217,37 +234,70 @@ class StepProgram {
                                  bool empty_cache_after_build,
                                  CachingAllocatorModel::AddressOrder order = CachingAllocatorModel::AddressOrder::ascending,
                                  std::uint64_t headroom = 0) const {
+    return run(dims, layers, baseline, empty_cache_after_build, ProgramRunOptions{}, order, headroom);
+  }
+  /// As above, with `options`. With held requests the baseline is not added (they are in the
+  /// allocator). Under a limit the run stops at the first request that does not fit (`oom`).
+  [[nodiscard]] ProgramPeaks run(const ProgramDims& dims, std::uint64_t layers, Bytes baseline,
+                                 bool empty_cache_after_build, const ProgramRunOptions& options,
+                                 CachingAllocatorModel::AddressOrder order, std::uint64_t headroom) const {
     if (layers == 0 || layers > (1u << 20)) throw InvalidInput("layers", "must be 1 to 1048576");
+    if (options.steps < 1 || options.steps > 3) throw InvalidInput("steps", "must be 1 to 3");
     std::vector<std::uint64_t> sizes;
     sizes.reserve(sizes_.size());
     for (const auto& s : sizes_) sizes.push_back(evaluate(s, dims));
     Run r(*this, layers, sizes, order, headroom);
+    if (options.limit || options.conf != AllocConf{}) r.model.configure(options.limit, options.conf);
+    if (!options.held_requests.empty()) baseline = Bytes{};
     ProgramPeaks out;
     int step = 0;
-    for (std::size_t b = 0; b < blocks_.size(); ++b) {
-      const Block& blk = blocks_[b];
-      if (blk.step != step) {
-        if (step == 0) {
-          if (empty_cache_after_build) r.model.empty_cache();
-          out.after_build = baseline + r.model.allocated();
-          r.model.reset_peaks();
-          r.track = true;
-        } else if (step == 1) {
-          out.first = baseline + r.peak;
-          out.first_phase = r.peak_phase;
-        }
-        step = blk.step;
+    const auto end_step = [&](int ended) {
+      if (ended == 0) {
+        if (empty_cache_after_build) r.model.empty_cache();
+        out.after_build = baseline + r.model.allocated();
+        r.model.reset_peaks();
+        r.track = true;
+      } else if (ended == 1) {
+        out.first = baseline + r.peak;
+        out.first_phase = r.peak_phase;
       }
-      r.phase = blk.phase;
-      r.block(b);
+    };
+    try {
+      for (const std::uint64_t h : options.held_requests)
+        if (r.model.malloc(h) == CachingAllocatorModel::oom_handle) throw ProgramOom{};
+      for (std::size_t b = 0; b < blocks_.size(); ++b) {
+        const Block& blk = blocks_[b];
+        if (blk.step > options.steps) break;
+        if (blk.step != step) {
+          end_step(step);
+          step = blk.step;
+          r.record_frees = step == 2 && options.steps == 3;
+        }
+        r.phase = blk.phase;
+        r.block(b);
+      }
+      // Step 3: step 2's blocks again; what step 2 left live (its loss, ...) is freed by the same
+      // tokens as step 1's was.
+      if (options.steps == 3 && step == 2) {
+        r.rename_step();
+        step = 3;
+        for (std::size_t b = 0; b < blocks_.size(); ++b) {
+          if (blocks_[b].step != 2) continue;
+          r.phase = blocks_[b].phase;
+          r.block(b);
+        }
+      }
+    } catch (const ProgramOom&) {
+      out.oom = r.model.oom();
+      out.oom_phase = r.phase;
+      out.oom_step = step;
     }
-    if (step == 1) {
-      out.first = baseline + r.peak;
-      out.first_phase = r.peak_phase;
-    }
+    if (step == 1) end_step(1);
     out.steady = baseline + r.peak;
     out.steady_phase = r.peak_phase;
     out.reserved = r.model.reserved();
+    out.reserved_peak = r.model.peak_reserved();
+    out.limit_refusals = r.model.limit_refusals();
     out.requests = r.requests;
     return out;
   }
@@ -318,6 +368,8 @@ class StepProgram {
     return (type << 62) | (b << 54) | (part << 46) | (m << 24) | k;
   }
 
+  struct ProgramOom {};  // a request did not fit under the limit
+
   struct Run {
     Run(const StepProgram& program, std::uint64_t l, const std::vector<std::uint64_t>& s,
         CachingAllocatorModel::AddressOrder order, std::uint64_t headroom)
@@ -333,6 +385,30 @@ class StepProgram {
     ProgramPhase phase = ProgramPhase::build, peak_phase = ProgramPhase::build;
     bool track = false;
     std::size_t requests = 0;
+    bool record_frees = false;  // during step 2: keep what it frees of the build's and step 1's
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> freed_before;  // (key, requested bytes)
+
+    // Before step 2's blocks run again: what step 2 left live takes the keys of what step 2
+    // freed of earlier steps (paired in key order, sizes equal), so the same tokens free it.
+    void rename_step() {
+      std::vector<std::pair<std::uint64_t, std::uint64_t>> left;
+      for (const auto& [k, h] : live)
+        if (p.blocks_[(k >> 54) & 0xFF].step == 2) left.emplace_back(k, model.requested_size(h));
+      std::sort(left.begin(), left.end());
+      std::sort(freed_before.begin(), freed_before.end());
+      const auto drop_key = [](std::uint64_t k) { return k & ~(0xFFULL << 54); };
+      if (left.size() != freed_before.size())
+        throw InvalidInput("program", "step 2 does not free what it leaves; it cannot run again");
+      std::vector<std::pair<std::uint64_t, CachingAllocatorModel::Handle>> moved;
+      for (std::size_t i = 0; i < left.size(); ++i) {
+        if (left[i].second != freed_before[i].second || drop_key(left[i].first) != drop_key(freed_before[i].first))
+          throw InvalidInput("program", "step 2 does not free what it leaves; it cannot run again");
+        moved.emplace_back(freed_before[i].first, live.at(left[i].first));
+        live.erase(left[i].first);
+      }
+      for (const auto& [k, h] : moved) live[k] = h;
+      freed_before.clear();
+    }
 
     static std::uint64_t count_key(std::int64_t b, std::int64_t part) { return idx(b) * 256 + idx(part); }
     // The key of request k of the current unit: a literal part (type 0), repetition c of a
@@ -385,6 +461,7 @@ class StepProgram {
             continue;
           }
           const auto h = model.malloc(n);
+          if (h == CachingAllocatorModel::oom_handle) throw ProgramOom{};
           ++requests;
           live[key] = h;
           if (track && model.allocated() > peak) {
@@ -398,6 +475,8 @@ class StepProgram {
             if (skipped.erase(key) == 1) continue;
             throw InvalidInput("program", "a free names no live request");
           }
+          if (record_frees && p.blocks_[(key >> 54) & 0xFF].step < 2)
+            freed_before.emplace_back(key, model.requested_size(it->second));
           model.free(it->second);
           live.erase(it);
         }
