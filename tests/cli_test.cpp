@@ -21,6 +21,7 @@
 
 #include "cli.hpp"
 #include "vramfit/estimate.hpp"
+#include "vramfit/gpus.hpp"
 
 namespace {
 
@@ -154,9 +155,12 @@ TEST_CASE("cli: the report, the version and the help") {
   SUBCASE("report") {
     const Ran r = succeeds(0, {});
     holds(r.out, {"SmolLM2-135M", "Qwen2.5-0.5B", "Llama-3.2-1B", "Qwen2.5-7B", "Llama-3.1-8B", "full fine-tuning",
-                  "all-linear, gradient checkpointing", "less 1 GiB", "loss backward",
+                  "all-linear, gradient checkpointing", "loss backward", "RTX-3050-Laptop-4GB", "A10G",
                   "\nbasis: closed form; hf-peft as recorded on "});  // the report says how, too
-    matches(r.out, {"24 GB +48 GB +80 GB +141 GB"});
+    // The card table: every card of gpus.hpp with its budget; the model table's columns by --gpu name.
+    for (const vramfit::Gpu& g : vramfit::gpus)
+      holds(r.out, {fmt::format("{:.3f}", g.allocator_budget().gigabytes())});
+    matches(r.out, {"H200 +150.110 +149.306 +measured", "RTX-4090 +A100-40GB +H100-80GB +H200\n"});
   }
   SUBCASE("the README's example output is what the report prints") {
     std::ifstream readme(std::string(VRAMFIT_TEST_DATA_DIR) + "/../../README.md");
