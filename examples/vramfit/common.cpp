@@ -14,6 +14,15 @@
 
 namespace vramfit::cli {
 
+namespace {
+/// --budget's value: a size with a unit, more than 0 bytes.
+Bytes parse_budget(std::string_view v) {
+  const Bytes b = parse_size(v, "--budget");
+  if (b.count() == 0) throw InvalidInput("--budget", "must be more than 0 bytes, got '" + std::string(v) + "'");
+  return b;
+}
+}  // namespace
+
 CLI::App* add_command(CLI::App& parent, const std::string& name, const std::string& usage,
                       const std::string& summary, const std::string& exit_status) {
   CLI::App* app = parent.add_subcommand(name, summary);
@@ -144,12 +153,7 @@ void ModelFlags::add(CLI::App& app, BadValues& bad, StepFlagSet set) {
             "TB, KiB, MiB, GiB, TiB; k, M, G, T); a run fits when the simulated build and three steps run under it "
             "without running out of memory (the peak plus the allocator's margin where no program applies); "
             "max-batch and max-seq need it or --gpu",
-            [this](std::string_view v) {
-              const Bytes b = parse_size(v, "--budget");
-              if (b.count() == 0)
-                throw InvalidInput("--budget", "must be more than 0 bytes, got '" + std::string(v) + "'");
-              budget = b;
-            });
+            [this](std::string_view v) { budget = parse_budget(v); });
   if (set.fit) {
     std::string cards;
     for (const Gpu& g : gpus) cards += (cards.empty() ? "" : ", ") + std::string(g.name);
