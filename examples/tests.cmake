@@ -44,7 +44,7 @@ endfunction()
 
 set(small --model SmolLM2-135M)
 
-vramfit_cli_test(report EXIT 0 MATCH "SmolLM2-135M" "Llama-3.1-8B" "24 GB +48 GB +80 GB +141 GB")
+vramfit_cli_test(report EXIT 0 MATCH "SmolLM2-135M" "Llama-3.1-8B" "RTX-4090 +A100-40GB +H100-80GB +H200" "H200 +150.110 +149.306 +measured")
 vramfit_cli_test(help EXIT 0 ARGS --help MATCH "usage: vramfit" "max-batch" "exit status")
 vramfit_cli_test(predict.json EXIT 0 ARGS predict ${small} --json
   MATCH "^{.*}\n$" "\"peak_bytes\": *[0-9]+" "\"step\": *{")
