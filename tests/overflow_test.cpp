@@ -235,7 +235,7 @@ TEST_CASE("estimate at the edges: the simulation's figures, or Overflow") {
         CHECK(sim.first <= sim.steady);
         CHECK(e.peak == sim.steady);
         CHECK(sim.after_build.count() >= parameters128(m) * 2);  // the bf16 weights, at least
-        const AllocatorMargin margin{};
+        const AllocatorMargin margin = simulated_margin;
         const u128 with_margin =
             u128(sim.peak.count()) + (u128(sim.peak.count()) / 1000 + 1) * margin.per_mille + margin.fixed;
         // The simulation path keeps the closed form's expected figure, not its bound, as a floor.

@@ -75,6 +75,7 @@ Replayed replay(const nlohmann::json& row, Stack stack, const std::string& where
 
 TEST_CASE("every measured fit trial's OK / OOM is the simulated verdict under its budget and settings") {
   std::size_t trials = 0, agree = 0, ooms = 0, same_allocated = 0, same_message = 0;
+  std::size_t closed_safe = 0, closed_ok_fits = 0, oks = 0;
   for (const TrialFile& f : trial_files) {
     const std::string path = std::string(VRAMFIT_TEST_DATA_DIR) + "/" + f.name;
     std::ifstream in(path);
@@ -118,6 +119,13 @@ TEST_CASE("every measured fit trial's OK / OOM is the simulated verdict under it
                  v.fits ? "ok" : "oom", mib(r.measured_reserved), mib(v.reserved_peak.count()),
                  mib(v.reserved_peak.count()) - mib(r.measured_reserved),
                  v.oom ? fmt::format("  (simulated OOM: step {} {})", v.oom->step, v.oom->phase) : "");
+      // Where no program applies the closed form decides, by `required` within the budget: it must
+      // never say "fits" where the run ran out of memory.
+      const bool closed_fits = r.e.closed_form.fits(Budget(v.budget));
+      CHECK_MESSAGE((r.measured_ok || !closed_fits), where << " " << r.label << ": the closed form says fits");
+      closed_safe += (r.measured_ok || !closed_fits) ? 1 : 0;
+      closed_ok_fits += (r.measured_ok && closed_fits) ? 1 : 0;
+      oks += r.measured_ok ? 1 : 0;
       // Where both ran all three steps, the reserved peaks are the same process's figure.
       if (r.measured_ok && v.fits && r.measured_reserved != 0)
         CHECK_MESSAGE(v.reserved_peak.count() <= r.measured_reserved + r.measured_reserved / 10, where);
@@ -126,6 +134,8 @@ TEST_CASE("every measured fit trial's OK / OOM is the simulated verdict under it
   fmt::print("verdicts: {} of {} trials agree; of {} OOM messages, {} print the simulated allocated bytes and {} "
              "every simulated figure (the rest differ in reserved but unallocated: the segments' placement)\n",
              agree, trials, ooms, same_allocated, same_message);
+  fmt::print("closed form: never fits where a run OOMed in {} of {} trials; says fits for {} of the {} that ran\n",
+             closed_safe, trials, closed_ok_fits, oks);
   CHECK(trials >= 65);
 }
 

@@ -148,8 +148,13 @@ struct StackDefinition {
   /// The closed form with the slack a steady step of a fresh process is expected to leave, not its
   /// bound: below the bound, so its `max_batch` bounds the answer from above on both paths, and
   /// its `required` is what the simulation path keeps as its floor.
-  using expected_predictor =
-      Predictor<ParameterTerm<P>, ActivationTerm<P>, LogitsTerm<P>, WorkspaceTerm<P>, ExpectedSlackTerm<P>>;
+  /// Its margin is the simulation's (`simulated_margin`): it proposes candidates the simulation decides.
+  struct expected_predictor
+      : Predictor<ParameterTerm<P>, ActivationTerm<P>, LogitsTerm<P>, WorkspaceTerm<P>, ExpectedSlackTerm<P>> {
+    constexpr expected_predictor()
+        : Predictor<ParameterTerm<P>, ActivationTerm<P>, LogitsTerm<P>, WorkspaceTerm<P>, ExpectedSlackTerm<P>>(
+              {}, {}, {}, {}, {}, simulated_margin) {}
+  };
   static constexpr const auto& programs() {
     if constexpr (std::is_same_v<P, profiles::LibTorch>) return programs::libtorch::entries;
     else return programs::hf_peft::entries;
@@ -249,7 +254,7 @@ inline Estimate estimate(const ModelShape& model, const Step& step, Stack stack 
     // The closed form's bound stays out of `required` here: the simulated peak plus margin, and
     // at least the closed form's expected figure plus margin, as before the bound.
     const Bytes expected = typename Definition::expected_predictor{}.predict(model, step).required;
-    out.required = max(expected, p.peak + predictor.margin()(p.peak));
+    out.required = max(expected, p.peak + simulated_margin(p.peak));
     return out;
   });
 }

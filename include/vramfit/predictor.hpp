@@ -29,12 +29,15 @@ struct Budget {
 };
 
 /**
- * The allocator's margin: reserved memory exceeds allocated (fragmentation inside live segments),
- * so `required` adds 4% of the peak plus 64 MiB. On the H200 data it is at least 1.029 x every
- * measured peak. Why and how checked: tests/validation/README.md#allocator-margin
+ * The allocator's margin: what the caching allocator reserves beyond the allocated peak (blocks
+ * rounded into 2 and 20 MiB segments, cached blocks no later request fits). A run whose reserved
+ * peak with no limit is within the budget never meets the limit, so the closed form's `required`
+ * (peak + margin) covers the most reserved memory measured over the closed form's peak with no
+ * limit on the H200 (357 steps: 25.75% + 64 MiB), as 26% plus 64 MiB. Why and how checked:
+ * tests/validation/README.md#allocator-margin
  */
 struct AllocatorMargin {
-  std::uint64_t per_mille = 40;            ///< fragmentation, per mille of the allocated peak
+  std::uint64_t per_mille = 260;           ///< fragmentation, per mille of the allocated peak
   std::uint64_t fixed = 64ULL << 20;       ///< plus this many bytes
   constexpr Bytes operator()(Bytes peak) const {
     return Bytes(detail::checked_mul(peak.count() / 1000 + 1, per_mille)) + Bytes(fixed);
@@ -51,6 +54,10 @@ struct AllocatorMargin {
     return true;
   }
 };
+
+/// The margin over a simulated allocated peak, where the simulation itself decides a fit under a
+/// budget and `required` only reports: 4% of the peak plus 64 MiB.
+inline constexpr AllocatorMargin simulated_margin{.per_mille = 40, .fixed = 64ULL << 20};
 
 inline constexpr std::size_t max_terms = 8;
 

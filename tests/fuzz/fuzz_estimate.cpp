@@ -103,7 +103,7 @@ void check_estimate(const vramfit::ModelShape& m, const vramfit::Step& s, vramfi
       check(sim.first <= sim.steady, "the first step's peak is within the steady peak");
       check(sim.peak == (s.peak_over == PeakOver::first_step ? sim.first : sim.steady), "peak over the steps asked for");
       check(sim.requests > 0, "a simulation replays requests");
-      check(sim.peak + predictor.margin()(sim.peak) <= e->required, "required covers the simulated peak and margin");
+      check(sim.peak + simulated_margin(sim.peak) <= e->required, "required covers the simulated peak and margin");
       // The closed form's bound stays out of `required` with a simulation (estimate.hpp).
       check(typename Definition::expected_predictor{}.predict(m, s).required <= e->required,
             "required covers the expected figure");

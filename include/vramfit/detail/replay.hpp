@@ -37,6 +37,8 @@ struct MeasuredStep {
   /// Bytes allocated before the arm began (the harness's `pre_arm_allocated`: the cuBLAS
   /// workspaces, plus anything an earlier arm of the same process left), when recorded.
   std::optional<Bytes> baseline;
+  /// The most the allocator reserved over the steps (the harness's `reserved_peak`), when recorded.
+  std::optional<Bytes> reserved_peak;
   /// Whether the harness emptied the cache between the build and the first step (its
   /// `cache_emptied_after_build`; rows of arms sharing a process, which predate the field, did).
   bool cache_emptied_after_build = true;
@@ -142,12 +144,14 @@ inline Measurements parse_measurements(std::istream& in, const std::string& sour
     const std::string stack = detail::optional_string(row, "stack_profile", default_stack, where);
     const std::string model = detail::optional_string(row, "model", "custom", where);
     if (kind == "step") {
-      MeasuredStep m{model, stack, detail::shape_from(row, where), detail::step_from(row, where, true), {}, {}, 0, line, {}, true};
+      MeasuredStep m{model, stack, detail::shape_from(row, where), detail::step_from(row, where, true), {}, {}, 0, line, {}, {}, true};
       m.real_first = Bytes(detail::require_count(row, "peak_first", where));
       m.real_steady = Bytes(detail::require_count(row, "peak_steady", where));
       m.realised_seq = detail::require_count(row, "realised_seq", where);
       if (row.contains("pre_arm_allocated") && !row["pre_arm_allocated"].is_null())
         m.baseline = Bytes(detail::require_count(row, "pre_arm_allocated", where));
+      if (row.contains("reserved_peak") && !row["reserved_peak"].is_null())
+        m.reserved_peak = Bytes(detail::require_count(row, "reserved_peak", where));
       if (const auto f = row.find("cache_emptied_after_build"); f != row.end()) {
         if (!f->is_boolean()) throw InvalidInput(where + ": cache_emptied_after_build", "must be true or false");
         m.cache_emptied_after_build = f->get<bool>();
