@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -160,4 +161,52 @@ TEST_CASE("Estimate::fits under a budget is the simulation's verdict, with or wi
     CHECK(decided.verdict->fits == runs);
     CHECK(decided.fits(budget) == runs);
   }
+}
+
+// `max_batch` on each measured case (a model, step and budget tried at several batches): its answer
+// is a batch that ran, and no batch it lists in `oom_below` ran.
+TEST_CASE("max_batch answers a batch that ran in every measured case") {
+  struct Case {
+    Stack stack;
+    EstimateInputs inputs;
+    std::map<std::uint64_t, bool> ran;  // batch -> measured OK
+  };
+  std::map<std::string, Case> cases;
+  for (const TrialFile& f : trial_files) {
+    const std::string path = std::string(VRAMFIT_TEST_DATA_DIR) + "/" + f.name;
+    std::ifstream in(path);
+    REQUIRE_MESSAGE(in, path);
+    std::string text;
+    for (std::size_t line = 1; std::getline(in, text); ++line) {
+      const std::string where = fmt::format("{}:{}", f.name, line);
+      const nlohmann::json row = detail::parse_row(text, where);
+      if (row.value("kind", "") != "trial") continue;
+      const Replayed r = replay(row, f.stack, where);
+      const std::string key = fmt::format("{} {}", to_string(f.stack), row.at("case").get<std::string>());
+      Case& c = cases.try_emplace(key, Case{f.stack, r.e.inputs, {}}).first->second;
+      c.ran[r.e.inputs.step.batch] = r.measured_ok;
+    }
+  }
+  std::size_t answered_ran = 0, unmeasured = 0;
+  for (const auto& [key, c] : cases) {
+    CAPTURE(key);
+    const SearchResult found = max_batch(c.inputs.model, c.inputs.step, Budget(*c.inputs.context.budget), c.stack,
+                                         c.inputs.context);
+    const auto it = c.ran.find(found.value);
+    std::string measured;
+    for (const auto& [batch, ok] : c.ran) measured += fmt::format(" {}:{}", batch, ok ? "ok" : "oom");
+    fmt::print("  {:<70} max-batch {:>2}  oom_below [{}]  measured{}\n", key, found.value,
+               fmt::join(found.oom_below, ", "), measured);
+    CHECK_MESSAGE((it == c.ran.end() || it->second), key << ": max-batch " << found.value << " OOMed, measured" << measured);
+    WARN_MESSAGE(it != c.ran.end(), key << ": max-batch " << found.value << " not measured:" << measured);
+    answered_ran += it != c.ran.end() && it->second ? 1 : 0;
+    unmeasured += it == c.ran.end() ? 1 : 0;
+    for (std::uint64_t b : found.oom_below) {
+      const auto m = c.ran.find(b);
+      CHECK_MESSAGE((m == c.ran.end() || !m->second), key << ": oom_below lists " << b << ", which ran");
+    }
+  }
+  fmt::print("max-batch: a batch that ran in {} of {} cases, one not measured in {}\n", answered_ran, cases.size(),
+             unmeasured);
+  CHECK(cases.size() >= 12);
 }
