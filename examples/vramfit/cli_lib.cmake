@@ -22,7 +22,10 @@ function(vramfit_add_cli_lib target)
   set_source_files_properties(${CMAKE_CURRENT_FUNCTION_LIST_DIR}/cli.cpp ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/common.cpp
     ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/predict.cpp ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/presets.cpp
     PROPERTIES UNITY_GROUP a)
-  target_link_libraries(${target} PRIVATE vramfit::json CLI11::CLI11 vramfit_warnings)
+  target_link_libraries(${target} PRIVATE vramfit::json CLI11::CLI11 vramfit_warnings fmt::fmt)
+  # The core asks for fmt header-only (no libfmt at run time for its users); the CLI links the compiled
+  # libfmt instead, so its TUs do not compile fmt's formatting engine at -O3 again.
+  target_compile_options(${target} PRIVATE -UFMT_HEADER_ONLY)
   target_compile_definitions(${target} PRIVATE VRAMFIT_VERSION="${PROJECT_VERSION}")
   if(TARGET vramfit::probe)
     target_link_libraries(${target} PRIVATE vramfit::probe)
