@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <span>
 #include <string>
@@ -221,6 +222,25 @@ struct ProgramRunOptions {
   int steps = 2;
 };
 
+/// A program resolved for one model shape and step: its requests and frees in order, each free
+/// naming its request by a slot, so the runs under many placements look no keys up. Steps 1 to 3
+/// (3: step 2's blocks again); a run of fewer steps stops at the next step's mark. An error the
+/// program raises at these dimensions is kept where it arises and raised when a run reaches it.
+struct ProgramOps {
+  enum class Code : std::uint8_t { request, free, phase, step, fail };
+  struct Op {
+    Code code;
+    std::uint32_t arg;    ///< request, free: the slot; phase: the `ProgramPhase`; step: the step begun
+    std::uint64_t bytes;  ///< request: the bytes asked for
+  };
+  std::vector<Op> ops;
+  std::size_t slots = 0;
+  std::exception_ptr error;  ///< raised at `Code::fail`
+  /// Step 3's frees that name another slot than step 2's did: (step 2's, step 3's), one per
+  /// request of an earlier step that step 2 freed (`StepProgram::Resolver::rename_step`).
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> renamed;
+};
+
 class StepProgram {
  public:
 
@@ -243,62 +263,145 @@ class StepProgram {
                                  CachingAllocatorModel::AddressOrder order, std::uint64_t headroom) const {
     if (layers == 0 || layers > (1u << 20)) throw InvalidInput("layers", "must be 1 to 1048576");
     if (options.steps < 1 || options.steps > 3) throw InvalidInput("steps", "must be 1 to 3");
+    return run(resolve(dims, layers), baseline, empty_cache_after_build, options, order, headroom);
+  }
+
+  /// The program's requests and frees for these dimensions and layers (`ProgramOps`), to run under
+  /// many placements.
+  [[nodiscard]] ProgramOps resolve(const ProgramDims& dims, std::uint64_t layers) const {
+    if (layers == 0 || layers > (1u << 20)) throw InvalidInput("layers", "must be 1 to 1048576");
     std::vector<std::uint64_t> sizes;
     sizes.reserve(sizes_.size());
     for (const auto& s : sizes_) sizes.push_back(evaluate(s, dims));
-    Run r(*this, layers, sizes, order, headroom);
-    if (options.limit || options.conf != AllocConf{}) r.model.configure(options.limit, options.conf);
-    if (!options.held_requests.empty()) baseline = Bytes{};
-    ProgramPeaks out;
+    Resolver r(*this, layers, sizes);
     int step = 0;
-    const auto end_step = [&](int ended) {
-      if (ended == 0) {
-        if (empty_cache_after_build) r.model.empty_cache();
-        out.after_build = baseline + r.model.allocated();
-        r.model.reset_peaks();
-        r.track = true;
-      } else if (ended == 1) {
-        out.first = baseline + r.peak;
-        out.first_phase = r.peak_phase;
-      }
-    };
     try {
-      for (const std::uint64_t h : options.held_requests)
-        if (r.model.malloc(h) == CachingAllocatorModel::oom_handle) throw ProgramOom{};
       for (std::size_t b = 0; b < blocks_.size(); ++b) {
         const Block& blk = blocks_[b];
-        if (blk.step > options.steps) break;
         if (blk.step != step) {
-          end_step(step);
           step = blk.step;
-          r.record_frees = step == 2 && options.steps == 3;
+          r.emit(ProgramOps::Code::step, static_cast<std::uint32_t>(step));
+          r.record_frees = step == 2;
         }
-        r.phase = blk.phase;
+        r.emit(ProgramOps::Code::phase, static_cast<std::uint32_t>(blk.phase));
         r.block(b);
       }
       // Step 3: step 2's blocks again; what step 2 left live (its loss, ...) is freed by the same
       // tokens as step 1's was.
-      if (options.steps == 3 && step == 2) {
+      if (step == 2) {
+        r.emit(ProgramOps::Code::step, 3);
         r.rename_step();
-        step = 3;
         for (std::size_t b = 0; b < blocks_.size(); ++b) {
           if (blocks_[b].step != 2) continue;
-          r.phase = blocks_[b].phase;
+          r.emit(ProgramOps::Code::phase, static_cast<std::uint32_t>(blocks_[b].phase));
           r.block(b);
         }
       }
-    } catch (const ProgramOom&) {
-      out.oom = r.model.oom();
-      out.oom_phase = r.phase;
+    } catch (const InvalidInput&) {
+      r.out.error = std::current_exception();
+      r.emit(ProgramOps::Code::fail, 0);
+    }
+    r.out.slots = r.slot_bytes.size();
+    return std::move(r.out);
+  }
+
+  /// Runs resolved `ops` (`resolve`) as the overload above runs the program.
+  [[nodiscard]] static ProgramPeaks run(const ProgramOps& ops, Bytes baseline, bool empty_cache_after_build,
+                                        const ProgramRunOptions& options, CachingAllocatorModel::AddressOrder order,
+                                        std::uint64_t headroom) {
+    if (options.steps < 1 || options.steps > 3) throw InvalidInput("steps", "must be 1 to 3");
+    CachingAllocatorModel model(order, headroom);
+    if (options.limit || options.conf != AllocConf{}) model.configure(options.limit, options.conf);
+    if (!options.held_requests.empty()) baseline = Bytes{};
+    std::vector<CachingAllocatorModel::Handle> handles(ops.slots, CachingAllocatorModel::null_handle);
+    ProgramPeaks out;
+    ProgramPhase phase = ProgramPhase::build, peak_phase = ProgramPhase::build;
+    std::uint64_t peak = 0;
+    bool track = false;
+    std::size_t requests = 0;
+    int step = 0;
+    const auto end_step = [&](int ended) {
+      if (ended == 0) {
+        if (empty_cache_after_build) model.empty_cache();
+        out.after_build = baseline + model.allocated();
+        model.reset_peaks();
+        track = true;
+      } else if (ended == 1) {
+        out.first = baseline + Bytes(peak);
+        out.first_phase = peak_phase;
+      }
+    };
+    const auto oom = [&] {
+      out.oom = model.oom();
+      out.oom_phase = phase;
       out.oom_step = step;
+    };
+    // Step 3 repeats step 2's requests; from the state step 2 began in (the same blocks, the
+    // requests step 2 freed held in the same blocks by what step 3 frees instead) it gives what
+    // step 2 gave, so it is not run again.
+    std::optional<CachingAllocatorModel::State> step2;
+    std::size_t step2_requests = 0, step2_refusals = 0, repeated_refusals = 0;
+    const auto repeats_step2 = [&] {
+      if (!step2) return false;
+      for (const auto& [was, now] : ops.renamed)
+        if (handles[was] != handles[now]) return false;
+      return model.state() == step2;
+    };
+    bool stopped = false;
+    for (const std::uint64_t h : options.held_requests)
+      if (model.malloc(h) == CachingAllocatorModel::oom_handle) {
+        oom();
+        stopped = true;
+        break;
+      }
+    for (const ProgramOps::Op* op = ops.ops.data(), *end = op + ops.ops.size(); op != end && !stopped; ++op) {
+      switch (op->code) {
+        case ProgramOps::Code::request: {
+          const auto h = model.malloc(op->bytes);
+          if (h == CachingAllocatorModel::oom_handle) {
+            oom();
+            stopped = true;
+            break;
+          }
+          ++requests;
+          handles[op->arg] = h;
+          if (track && model.allocated().count() > peak) {
+            peak = model.allocated().count();
+            peak_phase = phase;
+          }
+          break;
+        }
+        case ProgramOps::Code::free: model.free(handles[op->arg]); break;
+        case ProgramOps::Code::phase: phase = static_cast<ProgramPhase>(op->arg); break;
+        case ProgramOps::Code::step: {
+          const int next = static_cast<int>(op->arg);
+          if (next > options.steps) {
+            stopped = true;
+            break;
+          }
+          if (next != 3) end_step(step);  // step 3 repeats step 2: nothing ends there
+          step = next;
+          if (next == 2 && options.steps == 3 && !ops.error) {
+            step2 = model.state();
+            step2_requests = requests;
+            step2_refusals = model.limit_refusals();
+          } else if (next == 3 && repeats_step2()) {
+            requests += requests - step2_requests;
+            repeated_refusals = model.limit_refusals() - step2_refusals;
+            stopped = true;
+          }
+          break;
+        }
+        case ProgramOps::Code::fail: std::rethrow_exception(ops.error);
+      }
     }
     if (step == 1) end_step(1);
-    out.steady = baseline + r.peak;
-    out.steady_phase = r.peak_phase;
-    out.reserved = r.model.reserved();
-    out.reserved_peak = r.model.peak_reserved();
-    out.limit_refusals = r.model.limit_refusals();
-    out.requests = r.requests;
+    out.steady = baseline + Bytes(peak);
+    out.steady_phase = peak_phase;
+    out.reserved = model.reserved();
+    out.reserved_peak = model.peak_reserved();
+    out.limit_refusals = model.limit_refusals() + repeated_refusals;
+    out.requests = requests;
     return out;
   }
 
@@ -368,45 +471,46 @@ class StepProgram {
     return (type << 62) | (b << 54) | (part << 46) | (m << 24) | k;
   }
 
-  struct ProgramOom {};  // a request did not fit under the limit
-
-  struct Run {
-    Run(const StepProgram& program, std::uint64_t l, const std::vector<std::uint64_t>& s,
-        CachingAllocatorModel::AddressOrder order, std::uint64_t headroom)
-        : p(program), L(l), sizes(s), model(order, headroom) {}
+  // Resolves the tokens to requests and frees of slots (`ProgramOps`), as a run would meet them.
+  struct Resolver {
+    Resolver(const StepProgram& program, std::uint64_t l, const std::vector<std::uint64_t>& s)
+        : p(program), L(l), sizes(s) {}
     const StepProgram& p;
     std::uint64_t L;
     const std::vector<std::uint64_t>& sizes;
-    CachingAllocatorModel model;
-    std::unordered_map<std::uint64_t, CachingAllocatorModel::Handle> live;
+    ProgramOps out;
+    std::vector<std::uint64_t> slot_bytes;  // each request's bytes, by slot
+    std::unordered_map<std::uint64_t, std::uint32_t> live;  // key -> slot
     std::unordered_set<std::uint64_t> skipped;
     std::unordered_map<std::uint64_t, std::int64_t> counts;  // (block, part) -> repeats
-    Bytes peak{};
-    ProgramPhase phase = ProgramPhase::build, peak_phase = ProgramPhase::build;
-    bool track = false;
-    std::size_t requests = 0;
     bool record_frees = false;  // during step 2: keep what it frees of the build's and step 1's
     std::vector<std::pair<std::uint64_t, std::uint64_t>> freed_before;  // (key, requested bytes)
+    std::unordered_map<std::uint64_t, std::uint32_t> freed_slots;       // their slots, by key
+
+    void emit(ProgramOps::Code code, std::uint32_t arg, std::uint64_t bytes = 0) {
+      out.ops.push_back(ProgramOps::Op{code, arg, bytes});
+    }
 
     // Before step 2's blocks run again: what step 2 left live takes the keys of what step 2
     // freed of earlier steps (paired in key order, sizes equal), so the same tokens free it.
     void rename_step() {
       std::vector<std::pair<std::uint64_t, std::uint64_t>> left;
-      for (const auto& [k, h] : live)
-        if (p.blocks_[(k >> 54) & 0xFF].step == 2) left.emplace_back(k, model.requested_size(h));
+      for (const auto& [k, slot] : live)
+        if (p.blocks_[(k >> 54) & 0xFF].step == 2) left.emplace_back(k, slot_bytes[slot]);
       std::sort(left.begin(), left.end());
       std::sort(freed_before.begin(), freed_before.end());
       const auto drop_key = [](std::uint64_t k) { return k & ~(0xFFULL << 54); };
       if (left.size() != freed_before.size())
         throw InvalidInput("program", "step 2 does not free what it leaves; it cannot run again");
-      std::vector<std::pair<std::uint64_t, CachingAllocatorModel::Handle>> moved;
+      std::vector<std::pair<std::uint64_t, std::uint32_t>> moved;
       for (std::size_t i = 0; i < left.size(); ++i) {
         if (left[i].second != freed_before[i].second || drop_key(left[i].first) != drop_key(freed_before[i].first))
           throw InvalidInput("program", "step 2 does not free what it leaves; it cannot run again");
         moved.emplace_back(freed_before[i].first, live.at(left[i].first));
+        out.renamed.emplace_back(freed_slots.at(freed_before[i].first), moved.back().second);
         live.erase(left[i].first);
       }
-      for (const auto& [k, h] : moved) live[k] = h;
+      for (const auto& [k, slot] : moved) live[k] = slot;
       freed_before.clear();
     }
 
@@ -460,14 +564,10 @@ class StepProgram {
             skipped.insert(key);
             continue;
           }
-          const auto h = model.malloc(n);
-          if (h == CachingAllocatorModel::oom_handle) throw ProgramOom{};
-          ++requests;
-          live[key] = h;
-          if (track && model.allocated() > peak) {
-            peak = model.allocated();
-            peak_phase = phase;
-          }
+          const auto slot = static_cast<std::uint32_t>(slot_bytes.size());
+          slot_bytes.push_back(n);
+          live[key] = slot;
+          emit(ProgramOps::Code::request, slot, n);
         } else {
           const auto key = resolve(t, b, part, c, unit_type);
           const auto it = live.find(key);
@@ -475,9 +575,11 @@ class StepProgram {
             if (skipped.erase(key) == 1) continue;
             throw InvalidInput("program", "a free names no live request");
           }
-          if (record_frees && p.blocks_[(key >> 54) & 0xFF].step < 2)
-            freed_before.emplace_back(key, model.requested_size(it->second));
-          model.free(it->second);
+          if (record_frees && p.blocks_[(key >> 54) & 0xFF].step < 2) {
+            freed_before.emplace_back(key, slot_bytes[it->second]);
+            freed_slots[key] = it->second;
+          }
+          emit(ProgramOps::Code::free, it->second);
           live.erase(it);
         }
       }
