@@ -73,6 +73,23 @@ class CachingAllocatorModel {
     }
   }
 
+  /// Starts again as `CachingAllocatorModel(order, headroom)`, keeping the storage of its blocks
+  /// and pools (a simulation runs many placements).
+  void reset(AddressOrder order, std::uint64_t headroom = 0) {
+    std::vector<Block> blocks = std::move(blocks_);
+    std::vector<Handle> spare = std::move(spare_);
+    FreePool small = std::move(small_), large = std::move(large_);
+    blocks.clear();
+    spare.clear();
+    small.clear();
+    large.clear();
+    *this = CachingAllocatorModel(order, headroom);
+    blocks_ = std::move(blocks);
+    spare_ = std::move(spare);
+    small_ = std::move(small);
+    large_ = std::move(large);
+  }
+
   /// The address the next segment opened takes (once), instead of the order's next one: to replay
   /// a trace with the addresses the GPU driver gave.
   void place_next_segment(std::uint64_t address) { next_segment_at_ = address; }
@@ -295,6 +312,12 @@ class CachingAllocatorModel {
       if (it != end() && it->size == key.size && it->address == key.address) erase(it);
     }
     [[nodiscard]] std::size_t size() const { return size_; }
+    /// Empties the pool, keeping its buckets' storage.
+    void clear() {
+      for (std::uint32_t c = next_class(0); c < kClasses; c = next_class(c + 1)) buckets_[c].clear();
+      bits_.fill(0);
+      size_ = 0;
+    }
 
    private:
     static std::uint32_t size_class(std::uint64_t size) {

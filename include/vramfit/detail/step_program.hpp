@@ -31,8 +31,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -222,6 +220,79 @@ struct ProgramRunOptions {
   int steps = 2;
 };
 
+/// A map of 64-bit keys (never ~0) to values, open addressing with linear probing: the
+/// resolver's look-ups of live requests, without a node per request.
+template <class V>
+class KeyMap {
+ public:
+  /// The value of `k`, or nullptr.
+  const V* find(std::uint64_t k) const {
+    if (slots_.empty()) return nullptr;
+    for (std::size_t i = home(k);; i = (i + 1) & mask_) {
+      if (slots_[i].key == k) return &slots_[i].value;
+      if (slots_[i].key == kEmpty) return nullptr;
+    }
+  }
+  V* find(std::uint64_t k) { return const_cast<V*>(static_cast<const KeyMap&>(*this).find(k)); }
+  void set(std::uint64_t k, V v) {
+    if (V* x = find(k)) {
+      *x = v;
+      return;
+    }
+    if ((size_ + 1) * 2 > slots_.size()) grow();
+    std::size_t i = home(k);
+    while (slots_[i].key != kEmpty) i = (i + 1) & mask_;
+    slots_[i] = {k, v};
+    ++size_;
+  }
+  /// Removes `k`; whether it was there.
+  bool erase(std::uint64_t k) {
+    if (slots_.empty()) return false;
+    std::size_t i = home(k);
+    while (slots_[i].key != k) {
+      if (slots_[i].key == kEmpty) return false;
+      i = (i + 1) & mask_;
+    }
+    // Backward shift: entries after the hole that may move into it do.
+    for (std::size_t j = (i + 1) & mask_; slots_[j].key != kEmpty; j = (j + 1) & mask_) {
+      const std::size_t h = home(slots_[j].key);
+      if (((j - h) & mask_) >= ((j - i) & mask_)) {
+        slots_[i] = slots_[j];
+        i = j;
+      }
+    }
+    slots_[i].key = kEmpty;
+    --size_;
+    return true;
+  }
+  template <class F>
+  void for_each(F&& f) const {
+    for (const Slot& x : slots_)
+      if (x.key != kEmpty) f(x.key, x.value);
+  }
+
+ private:
+  static constexpr std::uint64_t kEmpty = ~0ULL;
+  struct Slot {
+    std::uint64_t key = kEmpty;
+    V value{};
+  };
+  std::size_t home(std::uint64_t k) const { return static_cast<std::size_t>((k * 0x9E3779B97F4A7C15ULL) >> shift_); }
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    const std::size_t n = old.empty() ? 1024 : old.size() * 2;
+    slots_.assign(n, Slot{});
+    mask_ = n - 1;
+    shift_ = 64 - static_cast<unsigned>(__builtin_ctzll(n));
+    size_ = 0;
+    for (const Slot& x : old)
+      if (x.key != kEmpty) set(x.key, x.value);
+  }
+  std::vector<Slot> slots_;
+  std::size_t mask_ = 0, size_ = 0;
+  unsigned shift_ = 64;
+};
+
 /// A program resolved for one model shape and step: its requests and frees in order, each free
 /// naming its request by a slot, so the runs under many placements look no keys up. Steps 1 to 3
 /// (3: step 2's blocks again); a run of fewer steps stops at the next step's mark. An error the
@@ -274,6 +345,8 @@ class StepProgram {
     sizes.reserve(sizes_.size());
     for (const auto& s : sizes_) sizes.push_back(evaluate(s, dims));
     Resolver r(*this, layers, sizes);
+    r.out.ops.reserve(op_bound(layers));
+    r.slot_bytes.reserve(r.out.ops.capacity() / 2);
     int step = 0;
     try {
       for (std::size_t b = 0; b < blocks_.size(); ++b) {
@@ -310,10 +383,13 @@ class StepProgram {
                                         const ProgramRunOptions& options, CachingAllocatorModel::AddressOrder order,
                                         std::uint64_t headroom) {
     if (options.steps < 1 || options.steps > 3) throw InvalidInput("steps", "must be 1 to 3");
-    CachingAllocatorModel model(order, headroom);
+    // Each thread's model and handles, kept from run to run for their storage.
+    thread_local CachingAllocatorModel model;
+    thread_local std::vector<CachingAllocatorModel::Handle> handles;
+    model.reset(order, headroom);
     if (options.limit || options.conf != AllocConf{}) model.configure(options.limit, options.conf);
     if (!options.held_requests.empty()) baseline = Bytes{};
-    std::vector<CachingAllocatorModel::Handle> handles(ops.slots, CachingAllocatorModel::null_handle);
+    handles.assign(ops.slots, CachingAllocatorModel::null_handle);
     ProgramPeaks out;
     ProgramPhase phase = ProgramPhase::build, peak_phase = ProgramPhase::build;
     std::uint64_t peak = 0;
@@ -406,6 +482,26 @@ class StepProgram {
   }
 
  private:
+  // At most the ops `resolve` emits for `layers` layers (step 2's blocks counted twice).
+  std::size_t op_bound(std::uint64_t layers) const {
+    std::size_t n = 2;
+    for (const Block& b : blocks_) {
+      std::size_t k = 2;
+      for (const Part& part : b.parts)
+        k += part.tokens.size() * (part.repeat ? static_cast<std::size_t>(std::max<std::int64_t>(
+                                                     static_cast<std::int64_t>(layers) - part.c, 0))
+                                               : 1);
+      if (b.kind == BlockKind::layers) {
+        std::size_t most = b.layer_template.size();
+        for (const auto& t : b.lo_special) most = std::max(most, t.size());
+        for (const auto& t : b.hi_special) most = std::max(most, t.size());
+        k += most * layers;
+      }
+      n += b.step == 2 ? 2 * k : k;
+    }
+    return std::min<std::size_t>(n, std::size_t{1} << 26);
+  }
+
   struct Term {
     std::uint32_t coef;
     Dim factors[4];
@@ -480,12 +576,12 @@ class StepProgram {
     const std::vector<std::uint64_t>& sizes;
     ProgramOps out;
     std::vector<std::uint64_t> slot_bytes;  // each request's bytes, by slot
-    std::unordered_map<std::uint64_t, std::uint32_t> live;  // key -> slot
-    std::unordered_set<std::uint64_t> skipped;
-    std::unordered_map<std::uint64_t, std::int64_t> counts;  // (block, part) -> repeats
+    KeyMap<std::uint32_t> live;  // key -> slot
+    KeyMap<bool> skipped;
+    KeyMap<std::int64_t> counts;  // (block, part) -> repeats
     bool record_frees = false;  // during step 2: keep what it frees of the build's and step 1's
     std::vector<std::pair<std::uint64_t, std::uint64_t>> freed_before;  // (key, requested bytes)
-    std::unordered_map<std::uint64_t, std::uint32_t> freed_slots;       // their slots, by key
+    KeyMap<std::uint32_t> freed_slots;                                   // their slots, by key
 
     void emit(ProgramOps::Code code, std::uint32_t arg, std::uint64_t bytes = 0) {
       out.ops.push_back(ProgramOps::Op{code, arg, bytes});
@@ -495,8 +591,9 @@ class StepProgram {
     // freed of earlier steps (paired in key order, sizes equal), so the same tokens free it.
     void rename_step() {
       std::vector<std::pair<std::uint64_t, std::uint64_t>> left;
-      for (const auto& [k, slot] : live)
+      live.for_each([&](std::uint64_t k, std::uint32_t slot) {
         if (p.blocks_[(k >> 54) & 0xFF].step == 2) left.emplace_back(k, slot_bytes[slot]);
+      });
       std::sort(left.begin(), left.end());
       std::sort(freed_before.begin(), freed_before.end());
       const auto drop_key = [](std::uint64_t k) { return k & ~(0xFFULL << 54); };
@@ -506,11 +603,11 @@ class StepProgram {
       for (std::size_t i = 0; i < left.size(); ++i) {
         if (left[i].second != freed_before[i].second || drop_key(left[i].first) != drop_key(freed_before[i].first))
           throw InvalidInput("program", "step 2 does not free what it leaves; it cannot run again");
-        moved.emplace_back(freed_before[i].first, live.at(left[i].first));
-        out.renamed.emplace_back(freed_slots.at(freed_before[i].first), moved.back().second);
+        moved.emplace_back(freed_before[i].first, *live.find(left[i].first));
+        out.renamed.emplace_back(*freed_slots.find(freed_before[i].first), moved.back().second);
         live.erase(left[i].first);
       }
-      for (const auto& [k, slot] : moved) live[k] = slot;
+      for (const auto& [k, slot] : moved) live.set(k, slot);
       freed_before.clear();
     }
 
@@ -521,9 +618,9 @@ class StepProgram {
       return key(type, idx(b), type == 2 ? 0 : idx(part), type == 0 ? 0 : idx(c), idx(k));
     }
     std::int64_t count_of(std::int64_t b, std::int64_t part) const {
-      const auto it = counts.find(count_key(b, part));
-      if (it == counts.end()) throw InvalidInput("program", "a reference names a repeat not run yet");
-      return it->second;
+      const std::int64_t* n = counts.find(count_key(b, part));
+      if (n == nullptr) throw InvalidInput("program", "a reference names a repeat not run yet");
+      return *n;
     }
     static std::uint64_t idx(std::int64_t v) {
       if (v < 0) throw InvalidInput("program", "a reference resolves to a negative index");
@@ -561,26 +658,26 @@ class StepProgram {
           const std::uint64_t n = sizes[static_cast<std::size_t>(t.a[0])];
           const auto key = unit_key(unit_type, b, part, c, k++);
           if (n == 0) {  // not requested at these dimensions; its free is skipped too
-            skipped.insert(key);
+            skipped.set(key, true);
             continue;
           }
           const auto slot = static_cast<std::uint32_t>(slot_bytes.size());
           slot_bytes.push_back(n);
-          live[key] = slot;
+          live.set(key, slot);
           emit(ProgramOps::Code::request, slot, n);
         } else {
           const auto key = resolve(t, b, part, c, unit_type);
-          const auto it = live.find(key);
-          if (it == live.end()) {
-            if (skipped.erase(key) == 1) continue;
+          const std::uint32_t* slot = live.find(key);
+          if (slot == nullptr) {
+            if (skipped.erase(key)) continue;
             throw InvalidInput("program", "a free names no live request");
           }
           if (record_frees && p.blocks_[(key >> 54) & 0xFF].step < 2) {
-            freed_before.emplace_back(key, slot_bytes[it->second]);
-            freed_slots[key] = it->second;
+            freed_before.emplace_back(key, slot_bytes[*slot]);
+            freed_slots.set(key, *slot);
           }
-          emit(ProgramOps::Code::free, it->second);
-          live.erase(it);
+          emit(ProgramOps::Code::free, *slot);
+          live.erase(key);
         }
       }
     }
@@ -598,7 +695,7 @@ class StepProgram {
           }
           const std::int64_t n = static_cast<std::int64_t>(L) - part.c;
           if (n < 0) throw InvalidInput("layers", "too few layers for this program");
-          counts[count_key(b, si)] = n;
+          counts.set(count_key(b, si), n);
           for (std::int64_t m = 0; m < n; ++m) tokens(part.tokens, b, si, m, 1);
         }
         return;
