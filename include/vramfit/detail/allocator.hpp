@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -322,7 +323,7 @@ class CachingAllocatorModel {
    private:
     static std::uint32_t size_class(std::uint64_t size) {
       if (size < 16) return static_cast<std::uint32_t>(size);
-      const auto log = static_cast<std::uint32_t>(63 - __builtin_clzll(size));
+      const auto log = static_cast<std::uint32_t>(63 - std::countl_zero(size));
       return log * 16 + static_cast<std::uint32_t>((size >> (log - 4)) & 15);
     }
     // The first non-empty class at or after `c` (kClasses: none).
@@ -330,7 +331,7 @@ class CachingAllocatorModel {
       for (std::uint32_t w = c / 64; w < kClasses / 64; ++w) {
         std::uint64_t bits = bits_[w];
         if (w == c / 64) bits &= ~0ULL << (c % 64);
-        if (bits != 0) return w * 64 + static_cast<std::uint32_t>(__builtin_ctzll(bits));
+        if (bits != 0) return w * 64 + static_cast<std::uint32_t>(std::countr_zero(bits));
       }
       return kClasses;
     }
@@ -339,7 +340,7 @@ class CachingAllocatorModel {
       for (std::uint32_t w = (c - 1) / 64 + 1; w-- > 0;) {
         std::uint64_t bits = bits_[w];
         if (w == (c - 1) / 64 && (c - 1) % 64 != 63) bits &= (2ULL << ((c - 1) % 64)) - 1;
-        if (bits != 0) return w * 64 + static_cast<std::uint32_t>(63 - __builtin_clzll(bits));
+        if (bits != 0) return w * 64 + static_cast<std::uint32_t>(63 - std::countl_zero(bits));
       }
       return kClasses;
     }
@@ -365,6 +366,12 @@ class CachingAllocatorModel {
   [[nodiscard]] std::optional<State> state() const {
     if (conf_ != AllocConf{} || next_segment_at_ != 0) return std::nullopt;
     return State{blocks_, spare_, next_address_, drawn_, allocated_, requested_, reserved_, segments_, holes_};
+  }
+  /// Whether the model is in `s` (as `state() == s`, without the copy).
+  [[nodiscard]] bool in_state(const State& s) const {
+    return conf_ == AllocConf{} && next_segment_at_ == 0 && next_address_ == s.next_address && drawn_ == s.drawn &&
+           allocated_ == s.allocated && requested_ == s.requested && reserved_ == s.reserved &&
+           segments_ == s.segments && spare_ == s.spare && holes_ == s.holes && blocks_ == s.blocks;
   }
 
  private:

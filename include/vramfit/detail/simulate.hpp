@@ -11,6 +11,7 @@
 #include <exception>
 #include <optional>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -152,7 +153,10 @@ void run_placements(const ProgramOps& ops, Bytes held, bool empty_cache_after_bu
   const unsigned helpers = std::min<unsigned>(simulation_threads(), static_cast<unsigned>(placements.size())) - 1;
   std::vector<std::thread> threads;
   threads.reserve(helpers);
-  for (unsigned t = 0; t < helpers; ++t) threads.emplace_back(work);
+  try {
+    for (unsigned t = 0; t < helpers; ++t) threads.emplace_back(work);
+  } catch (const std::system_error&) {  // no more threads: the ones started and this one do the work
+  }
   work();
   for (std::thread& t : threads) t.join();
   for (std::size_t i = 0; i < cutoff.load(); ++i) {

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -283,7 +284,7 @@ class KeyMap {
     const std::size_t n = old.empty() ? 1024 : old.size() * 2;
     slots_.assign(n, Slot{});
     mask_ = n - 1;
-    shift_ = 64 - static_cast<unsigned>(__builtin_ctzll(n));
+    shift_ = 64 - static_cast<unsigned>(std::countr_zero(n));
     size_ = 0;
     for (const Slot& x : old)
       if (x.key != kEmpty) set(x.key, x.value);
@@ -421,7 +422,7 @@ class StepProgram {
       if (!step2) return false;
       for (const auto& [was, now] : ops.renamed)
         if (handles[was] != handles[now]) return false;
-      return model.state() == step2;
+      return model.in_state(*step2);
     };
     bool stopped = false;
     for (const std::uint64_t h : options.held_requests)
