@@ -225,7 +225,6 @@ class CachingAllocatorModel {
     bool allocated = false;
     bool mapped = true;         // false: expandable address space with no pages behind it
     bool expandable = false;
-    friend bool operator==(const Block&, const Block&) = default;
   };
   // A pool of free blocks, ordered by size, then address (c10's BlockComparatorSize).
   struct PoolEntry {
@@ -348,31 +347,6 @@ class CachingAllocatorModel {
     std::array<std::uint64_t, kClasses / 64> bits_{};
     std::size_t size_ = 0;
   };
-
- public:
-  /// What decides the model's answers to the requests to come, under the default settings: its
-  /// blocks (handles included), their free pools and the next segments' addresses. Two equal
-  /// states answer the same requests the same way (`StepProgram::run` skips a step that repeats).
-  struct State {
-    std::vector<Block> blocks;
-    std::vector<Handle> spare;
-    std::uint64_t next_address = 0, drawn = 0, allocated = 0, requested = 0, reserved = 0;
-    std::size_t segments = 0;
-    std::map<std::uint64_t, std::uint64_t> holes;
-    friend bool operator==(const State&, const State&) = default;
-  };
-  /// The state, where the settings are the default ones (else none: expandable segments, the
-  /// split limit and garbage collection keep more than `State` holds).
-  [[nodiscard]] std::optional<State> state() const {
-    if (conf_ != AllocConf{} || next_segment_at_ != 0) return std::nullopt;
-    return State{blocks_, spare_, next_address_, drawn_, allocated_, requested_, reserved_, segments_, holes_};
-  }
-  /// Whether the model is in `s` (as `state() == s`, without the copy).
-  [[nodiscard]] bool in_state(const State& s) const {
-    return conf_ == AllocConf{} && next_segment_at_ == 0 && next_address_ == s.next_address && drawn_ == s.drawn &&
-           allocated_ == s.allocated && requested_ == s.requested && reserved_ == s.reserved &&
-           segments_ == s.segments && spare_ == s.spare && holes_ == s.holes && blocks_ == s.blocks;
-  }
 
  private:
   FreePool& pool_of(const Block& b) { return b.small ? small_ : large_; }

@@ -308,9 +308,6 @@ struct ProgramOps {
   std::vector<Op> ops;
   std::size_t slots = 0;
   std::exception_ptr error;  ///< raised at `Code::fail`
-  /// Step 3's frees that name another slot than step 2's did: (step 2's, step 3's), one per
-  /// request of an earlier step that step 2 freed (`StepProgram::Resolver::rename_step`).
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> renamed;
 };
 
 class StepProgram {
@@ -413,17 +410,6 @@ class StepProgram {
       out.oom_phase = phase;
       out.oom_step = step;
     };
-    // Step 3 repeats step 2's requests; from the state step 2 began in (the same blocks, the
-    // requests step 2 freed held in the same blocks by what step 3 frees instead) it gives what
-    // step 2 gave, so it is not run again.
-    std::optional<CachingAllocatorModel::State> step2;
-    std::size_t step2_requests = 0, step2_refusals = 0, repeated_refusals = 0;
-    const auto repeats_step2 = [&] {
-      if (!step2) return false;
-      for (const auto& [was, now] : ops.renamed)
-        if (handles[was] != handles[now]) return false;
-      return model.in_state(*step2);
-    };
     bool stopped = false;
     for (const std::uint64_t h : options.held_requests)
       if (model.malloc(h) == CachingAllocatorModel::oom_handle) {
@@ -458,15 +444,6 @@ class StepProgram {
           }
           if (next != 3) end_step(step);  // step 3 repeats step 2: nothing ends there
           step = next;
-          if (next == 2 && options.steps == 3 && !ops.error) {
-            step2 = model.state();
-            step2_requests = requests;
-            step2_refusals = model.limit_refusals();
-          } else if (next == 3 && repeats_step2()) {
-            requests += requests - step2_requests;
-            repeated_refusals = model.limit_refusals() - step2_refusals;
-            stopped = true;
-          }
           break;
         }
         case ProgramOps::Code::fail: std::rethrow_exception(ops.error);
@@ -477,7 +454,7 @@ class StepProgram {
     out.steady_phase = peak_phase;
     out.reserved = model.reserved();
     out.reserved_peak = model.peak_reserved();
-    out.limit_refusals = model.limit_refusals() + repeated_refusals;
+    out.limit_refusals = model.limit_refusals();
     out.requests = requests;
     return out;
   }
@@ -582,7 +559,6 @@ class StepProgram {
     KeyMap<std::int64_t> counts;  // (block, part) -> repeats
     bool record_frees = false;  // during step 2: keep what it frees of the build's and step 1's
     std::vector<std::pair<std::uint64_t, std::uint64_t>> freed_before;  // (key, requested bytes)
-    KeyMap<std::uint32_t> freed_slots;                                   // their slots, by key
 
     void emit(ProgramOps::Code code, std::uint32_t arg, std::uint64_t bytes = 0) {
       out.ops.push_back(ProgramOps::Op{code, arg, bytes});
@@ -605,7 +581,6 @@ class StepProgram {
         if (left[i].second != freed_before[i].second || drop_key(left[i].first) != drop_key(freed_before[i].first))
           throw InvalidInput("program", "step 2 does not free what it leaves; it cannot run again");
         moved.emplace_back(freed_before[i].first, *live.find(left[i].first));
-        out.renamed.emplace_back(*freed_slots.find(freed_before[i].first), moved.back().second);
         live.erase(left[i].first);
       }
       for (const auto& [k, slot] : moved) live.set(k, slot);
@@ -673,10 +648,8 @@ class StepProgram {
             if (skipped.erase(key)) continue;
             throw InvalidInput("program", "a free names no live request");
           }
-          if (record_frees && p.blocks_[(key >> 54) & 0xFF].step < 2) {
+          if (record_frees && p.blocks_[(key >> 54) & 0xFF].step < 2)
             freed_before.emplace_back(key, slot_bytes[*slot]);
-            freed_slots.set(key, *slot);
-          }
           emit(ProgramOps::Code::free, *slot);
           live.erase(key);
         }
