@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "support.hpp"
@@ -41,6 +42,61 @@ TEST_CASE("a hand-written program runs to the peak worked by hand") {
   CHECK(r.requests == 1 + 3 + 3);
   // One layer more adds one more tensor at the peak.
   CHECK(p.run(d, 4, Bytes(64 * MiB), false).first.count() == 64 * MiB + 3 * MiB + 4 * 2 * MiB);
+}
+
+TEST_CASE("the resolver's key map answers as a std::map through inserts, overwrites and erases") {
+  // Keys clustered as the resolver's are (few high bits set, runs of neighbours), enough of them
+  // to grow the table and to shift entries back over erased ones.
+  KeyMap<std::uint32_t> map;
+  std::map<std::uint64_t, std::uint32_t> expected;
+  std::uint64_t x = 12345;
+  for (std::uint32_t i = 0; i < 20000; ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    const std::uint64_t key = ((x >> 60) << 54) | ((x >> 20) & 0x3FF);
+    if ((x >> 40) % 3 == 0) {
+      CHECK(map.erase(key) == (expected.erase(key) == 1));
+    } else {
+      map.set(key, i);
+      expected[key] = i;
+    }
+  }
+  std::size_t seen = 0;
+  map.for_each([&](std::uint64_t k, std::uint32_t v) {
+    ++seen;
+    CHECK(expected.at(k) == v);
+  });
+  CHECK(seen == expected.size());
+  for (const auto& [k, v] : expected) CHECK(*map.find(k) == v);
+  CHECK(map.find(~0ULL - 1) == nullptr);
+}
+
+TEST_CASE("a program resolved once runs as the program does, and raises its error only where a run reaches it") {
+  const StepProgram p(hand_program());
+  const ProgramDims d{.seq = 2 * MiB};
+  const ProgramOps ops = p.resolve(d, 3);
+  using Order = CachingAllocatorModel::AddressOrder;
+  for (const Order order : {Order::ascending, Order::scattered}) {
+    const ProgramPeaks a = StepProgram::run(ops, Bytes(64 * MiB), false, ProgramRunOptions{}, order, 3);
+    const ProgramPeaks b = p.run(d, 3, Bytes(64 * MiB), false, ProgramRunOptions{}, order, 3);
+    CHECK(a.steady == b.steady);
+    CHECK(a.first == b.first);
+    CHECK(a.requests == b.requests);
+  }
+  // Step 2's backward frees a request no step made: resolving keeps the error; a run of one step
+  // never gets there, a run of two raises it.
+  std::vector<std::int32_t> flat = hand_program();
+  REQUIRE(flat.size() == 65);
+  flat[37] = 2;  // the backward block is step 2's,
+  flat[44] = 0;  // its free names block 0 (the build), whose request is not a layer's,
+  flat[49] = 2;  // and the optimizer is step 2's too
+  const StepProgram q(flat);
+  const ProgramOps bad = q.resolve(d, 3);
+  REQUIRE(bad.error);
+  ProgramRunOptions one;
+  one.steps = 1;
+  CHECK(StepProgram::run(bad, Bytes{}, false, one, Order::ascending, 0).requests == 4);
+  CHECK(test::field_of([&] { (void)StepProgram::run(bad, Bytes{}, false, ProgramRunOptions{}, Order::ascending, 0); }) ==
+        "program");
 }
 
 TEST_CASE("malformed programs are errors that name the program") {

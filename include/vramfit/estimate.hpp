@@ -217,10 +217,12 @@ inline std::string_view simulation_gap(const ModelShape& model, const Step& step
   });
 }
 
-/// Estimates one step (validates both arguments; throws `InvalidInput`, or `Overflow` for a step
-/// too large for 64-bit byte counts).
-inline Estimate estimate(const ModelShape& model, const Step& step, Stack stack = Stack::hf_peft,
-                         const RunContext& context = {}) {
+namespace detail {
+/// `estimate`; with `peaks` false and a program applying, only the verdict under the budget is
+/// simulated (`simulation` stays empty, `peak` and `required` are the closed form's): what a
+/// search needs of most values it tries. `known`: the verdict an earlier call gave these inputs.
+inline Estimate estimate_run(const ModelShape& model, const Step& step, Stack stack, const RunContext& context,
+                             bool peaks, const BudgetVerdict* known = nullptr) {
   return detail::visit_stack(stack, [&](auto def) {
     using Definition = decltype(def);
     const typename Definition::predictor predictor;
@@ -238,17 +240,21 @@ inline Estimate estimate(const ModelShape& model, const Step& step, Stack stack 
       return out;
     }
     const detail::StepProgram& program = detail::parsed(Definition::programs(), *entry);
+    const detail::ProgramOps ops = program.resolve(detail::program_dims(model, step), model.layers);
     const Bytes held = Definition::held(model, step, context);
-    const detail::PlacementPeaks p = detail::simulate_placements(program, model, step, held,
-                                                                 context.cache_emptied_after_build, context.alloc_conf);
-    if (context.budget)
-      out.verdict = detail::to_verdict(detail::simulate_under_limit(program, model, step, held,
-                                                                    context.cache_emptied_after_build,
+    const detail::PlacementPeaks p =
+        peaks ? detail::simulate_placements(ops, step, held, context.cache_emptied_after_build, context.alloc_conf)
+              : detail::PlacementPeaks{};
+    if (known != nullptr)
+      out.verdict = *known;
+    else if (context.budget)
+      out.verdict = detail::to_verdict(detail::simulate_under_limit(ops, held, context.cache_emptied_after_build,
                                                                     context.alloc_conf, context.budget->count()),
                                        *context.budget);
+    out.method = Method::allocator_simulation;
+    if (!peaks) return out;
     out.simulation = Simulation{.peak = p.peak, .first = p.first, .steady = p.steady, .after_build = p.after_build,
                                 .reserved = p.reserved, .phase = p.phase, .requests = p.requests};
-    out.method = Method::allocator_simulation;
     out.peak = p.peak;
     out.phase = p.phase;
     // The closed form's bound stays out of `required` here: the simulated peak plus margin, and
@@ -257,6 +263,14 @@ inline Estimate estimate(const ModelShape& model, const Step& step, Stack stack 
     out.required = max(expected, p.peak + simulated_margin(p.peak));
     return out;
   });
+}
+}  // namespace detail
+
+/// Estimates one step (validates both arguments; throws `InvalidInput`, or `Overflow` for a step
+/// too large for 64-bit byte counts).
+inline Estimate estimate(const ModelShape& model, const Step& step, Stack stack = Stack::hf_peft,
+                         const RunContext& context = {}) {
+  return detail::estimate_run(model, step, stack, context, true);
 }
 
 /// How an answer was obtained and how far it is checked, in one line: "allocator simulation;
@@ -315,20 +329,33 @@ inline SearchResult refine_search(const ModelShape& model, Step step, Budget bud
                                   std::uint64_t Step::*field, std::uint64_t candidate, std::uint64_t limit,
                                   RunContext context) {
   context.budget = budget.usable;
-  const auto at = [&](std::uint64_t v) {
+  const auto at = [&](std::uint64_t v, bool peaks, const BudgetVerdict* known = nullptr) {
     step.*field = v;
-    return estimate(model, step, stack, context);
+    return estimate_run(model, step, stack, context, peaks, known);
   };
+  // Most values need only the verdict (`estimate_run` without the peaks); the few whose allocated
+  // peak is read, and the answer, get the whole estimate once.
   std::map<std::uint64_t, std::optional<Estimate>> seen;  // nullopt: overflows
+  std::map<std::uint64_t, std::optional<Estimate>> whole;
   const auto get = [&](std::uint64_t v) -> const std::optional<Estimate>& {
     auto it = seen.find(v);
     if (it != seen.end()) return it->second;
     std::optional<Estimate> e;
     try {
-      e = at(v);
+      e = at(v, false);
     } catch (const Overflow&) {
     }
     return seen.emplace(v, std::move(e)).first->second;
+  };
+  const auto get_whole = [&](std::uint64_t v) -> const std::optional<Estimate>& {
+    auto it = whole.find(v);
+    if (it != whole.end()) return it->second;
+    std::optional<Estimate> e;
+    try {
+      e = at(v, true, &*get(v)->verdict);
+    } catch (const Overflow&) {
+    }
+    return whole.emplace(v, std::move(e)).first->second;
   };
   const auto fits = [&](std::uint64_t v) {
     const auto& e = get(v);
@@ -363,7 +390,9 @@ inline SearchResult refine_search(const ModelShape& model, Step step, Budget bud
   }
   for (std::uint64_t v = miss + 1; v <= limit && v <= std::max(miss, fit) + kSearchAbove; ++v) {
     const auto& e = get(v);
-    if (!e || e->method != Method::allocator_simulation || e->peak > budget.usable) break;
+    if (!e || e->method != Method::allocator_simulation) break;
+    const auto& w = get_whole(v);
+    if (!w || w->peak > budget.usable) break;
     if (e->verdict->fits) fit = v;
   }
   SearchResult out;
@@ -376,7 +405,11 @@ inline SearchResult refine_search(const ModelShape& model, Step step, Budget bud
   }
   out.value = fit;
   out.capped = fit == limit;  // the answer is the limit itself, whatever the closed form proposed
-  out.at = at(fit == 0 ? 1 : fit);
+  const std::uint64_t shown = fit == 0 ? 1 : fit;
+  if (const auto it = whole.find(shown); it != whole.end() && it->second) out.at = *it->second;
+  else if (const auto known = seen.find(shown); known != seen.end() && known->second)
+    out.at = at(shown, true, &*known->second->verdict);
+  else out.at = at(shown, true);
   return out;
 }
 }  // namespace detail

@@ -1,12 +1,24 @@
-// Catch2 benchmark of the exact path: estimate (hf-peft) and estimate (libtorch) replay every allocator
-// request of a build and two steps through the allocator model, once per segment placement. No target; its own file, so the recorded programs'
-// header does not sit in the closed form's translation unit.
+// Catch2 benchmarks of the exact path: estimate (hf-peft) and estimate (libtorch) replay every allocator
+// request of a build and two steps through the allocator model, once per segment placement; with a
+// budget, `estimate` also decides whether the run fits (`fits`), and `max_batch` / `max_seq` search
+// by that verdict. Targets (issue 13): fits under 20 ms, max_batch under 100 ms for a 24-layer
+// model on a 2-core machine. Its own file, so the recorded programs' header does not sit in the
+// closed form's translation unit.
 #include <catch2/catch.hpp>
 
 #include "vramfit/presets.hpp"
 #include "vramfit/estimate.hpp"
 
-TEST_CASE("estimate (hf-peft)") {
+namespace {
+constexpr std::uint64_t GiB = 1ULL << 30;
+vramfit::RunContext with_budget(std::uint64_t bytes) {
+  vramfit::RunContext c;
+  c.budget = vramfit::Bytes(bytes);
+  return c;
+}
+}  // namespace
+
+TEST_CASE("estimate (hf-peft)", "[simulate]") {
   // The exact path replays every allocator request of the build and two steps.
   const vramfit::ModelShape qwen = *vramfit::find_preset("Qwen2.5-0.5B");
   const vramfit::ModelShape llama = *vramfit::find_preset("Llama-3.2-1B");
@@ -27,3 +39,44 @@ TEST_CASE("estimate (hf-peft)") {
   };
 }
 
+TEST_CASE("fits (hf-peft 24 layers)", "[simulate]") {
+  // `fits`: the estimate under a budget, its verdict simulated at every placement.
+  const vramfit::ModelShape qwen = *vramfit::find_preset("Qwen2.5-0.5B");
+  const vramfit::Step lora{.batch = 1, .seq = 4096, .lora = {.rank = 8, .targets = vramfit::TargetSet::attention()}};
+  vramfit::Step full = lora;
+  full.mode = vramfit::Mode::full;
+  full.seq = 2048;
+  REQUIRE(vramfit::estimate(qwen, lora, vramfit::Stack::hf_peft, with_budget(24 * GiB)).verdict->fits);
+  REQUIRE(vramfit::estimate(qwen, full, vramfit::Stack::hf_peft, with_budget(24 * GiB)).verdict->fits);
+  REQUIRE(!vramfit::estimate(qwen, full, vramfit::Stack::hf_peft, with_budget(4 * GiB)).verdict->fits);
+  BENCHMARK("fits: Qwen2.5-0.5B LoRA q,k,v,o seq 4096, 24 GiB") {
+    return vramfit::estimate(qwen, lora, vramfit::Stack::hf_peft, with_budget(24 * GiB)).verdict->fits;
+  };
+  BENCHMARK("fits: Qwen2.5-0.5B full seq 2048, 24 GiB") {
+    return vramfit::estimate(qwen, full, vramfit::Stack::hf_peft, with_budget(24 * GiB)).verdict->fits;
+  };
+  BENCHMARK("fits: Qwen2.5-0.5B full seq 2048, 4 GiB (out of memory)") {
+    return vramfit::estimate(qwen, full, vramfit::Stack::hf_peft, with_budget(4 * GiB)).verdict->fits;
+  };
+}
+
+TEST_CASE("max_batch and max_seq by simulation (hf-peft 24 layers)", "[simulate]") {
+  const vramfit::ModelShape qwen = *vramfit::find_preset("Qwen2.5-0.5B");
+  const vramfit::Step lora{.batch = 1, .seq = 4096, .lora = {.rank = 8, .targets = vramfit::TargetSet::attention()}};
+  vramfit::Step full = lora;
+  full.mode = vramfit::Mode::full;
+  full.seq = 2048;
+  const vramfit::Budget b24(vramfit::Bytes(24 * GiB)), b80(vramfit::Bytes(80 * GiB));
+  REQUIRE(vramfit::max_batch(qwen, lora, b24).at.method == vramfit::Method::allocator_simulation);
+  BENCHMARK("max_batch: Qwen2.5-0.5B LoRA q,k,v,o seq 4096, 24 GiB") {
+    return vramfit::max_batch(qwen, lora, b24).value;
+  };
+  BENCHMARK("max_batch: Qwen2.5-0.5B LoRA q,k,v,o seq 4096, 80 GiB") {
+    return vramfit::max_batch(qwen, lora, b80).value;
+  };
+  BENCHMARK("max_batch: Qwen2.5-0.5B full seq 2048, 24 GiB") { return vramfit::max_batch(qwen, full, b24).value; };
+  BENCHMARK("max_batch: Qwen2.5-0.5B full seq 2048, 80 GiB") { return vramfit::max_batch(qwen, full, b80).value; };
+  BENCHMARK("max_seq: Qwen2.5-0.5B LoRA q,k,v,o batch 1, 24 GiB") {
+    return vramfit::max_seq(qwen, lora, b24).value;
+  };
+}

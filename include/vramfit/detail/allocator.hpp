@@ -12,6 +12,9 @@
 /// memory. `AllocConf` adds expandable segments and max_split_size_mb. Why: tests/validation/
 /// README.md#fit-decisions-under-a-budget
 
+#include <algorithm>
+#include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -69,6 +72,23 @@ class CachingAllocatorModel {
       next_address_ = kDriverTop - headroom;
       if (headroom != 0) holes_.emplace(next_address_, kDriverTop);
     }
+  }
+
+  /// Starts again as `CachingAllocatorModel(order, headroom)`, keeping the storage of its blocks
+  /// and pools (a simulation runs many placements).
+  void reset(AddressOrder order, std::uint64_t headroom = 0) {
+    std::vector<Block> blocks = std::move(blocks_);
+    std::vector<Handle> spare = std::move(spare_);
+    FreePool small = std::move(small_), large = std::move(large_);
+    blocks.clear();
+    spare.clear();
+    small.clear();
+    large.clear();
+    *this = CachingAllocatorModel(order, headroom);
+    blocks_ = std::move(blocks);
+    spare_ = std::move(spare);
+    small_ = std::move(small);
+    large_ = std::move(large);
   }
 
   /// The address the next segment opened takes (once), instead of the order's next one: to replay
@@ -214,8 +234,121 @@ class CachingAllocatorModel {
       return a.size != b.size ? a.size < b.size : a.address < b.address;
     }
   };
-  using FreePool = std::set<PoolEntry>;
+  // The pool as c10's std::set orders it, stored as sorted buckets of sizes within 1/16 of a power
+  // of two, with a bitmap of the non-empty ones: best fit in a few steps, no node per block. The
+  // subset of std::set's interface the model uses; erasing invalidates only iterators at and after
+  // the erased entry's bucket position.
+  class FreePool {
+   public:
+    static constexpr std::uint32_t kClasses = 1024;  // 16 per power of two, sizes below 2^64
+    class iterator {
+     public:
+      using iterator_category = std::bidirectional_iterator_tag;
+      using value_type = PoolEntry;
+      using difference_type = std::ptrdiff_t;
+      using pointer = const PoolEntry*;
+      using reference = const PoolEntry&;
+      iterator() = default;
+      reference operator*() const { return pool_->buckets_[cls_][idx_]; }
+      pointer operator->() const { return &pool_->buckets_[cls_][idx_]; }
+      iterator& operator++() {
+        if (++idx_ >= pool_->buckets_[cls_].size()) {
+          cls_ = pool_->next_class(cls_ + 1);
+          idx_ = 0;
+        }
+        return *this;
+      }
+      iterator operator++(int) {
+        iterator old = *this;
+        ++*this;
+        return old;
+      }
+      iterator& operator--() {
+        if (idx_ == 0) {
+          cls_ = pool_->prev_class(cls_);
+          idx_ = static_cast<std::uint32_t>(pool_->buckets_[cls_].size());
+        }
+        --idx_;
+        return *this;
+      }
+      friend bool operator==(const iterator& a, const iterator& b) { return a.cls_ == b.cls_ && a.idx_ == b.idx_; }
 
+     private:
+      friend class FreePool;
+      iterator(const FreePool* pool, std::uint32_t cls, std::uint32_t idx) : pool_(pool), cls_(cls), idx_(idx) {}
+      const FreePool* pool_ = nullptr;
+      std::uint32_t cls_ = kClasses, idx_ = 0;
+    };
+
+    iterator begin() const { return {this, next_class(0), 0}; }
+    iterator end() const { return {this, kClasses, 0}; }
+    /// The first entry not below `key` (by size, then address).
+    iterator lower_bound(const PoolEntry& key) const {
+      const std::uint32_t c = size_class(key.size);
+      const auto& b = buckets_[c];
+      const auto it = std::lower_bound(b.begin(), b.end(), key);
+      if (it != b.end()) return {this, c, static_cast<std::uint32_t>(it - b.begin())};
+      return {this, next_class(c + 1), 0};
+    }
+    void insert(const PoolEntry& e) {
+      const std::uint32_t c = size_class(e.size);
+      auto& b = buckets_[c];
+      b.insert(std::upper_bound(b.begin(), b.end(), e), e);
+      bits_[c / 64] |= 1ULL << (c % 64);
+      ++size_;
+    }
+    /// Erases the entry `it` names; returns the one after it.
+    iterator erase(iterator it) {
+      auto& b = buckets_[it.cls_];
+      b.erase(b.begin() + it.idx_);
+      --size_;
+      if (b.empty()) bits_[it.cls_ / 64] &= ~(1ULL << (it.cls_ % 64));
+      if (it.idx_ < b.size()) return it;
+      return {this, next_class(it.cls_ + 1), 0};
+    }
+    /// Erases the entry of `key`'s size and address, if there is one.
+    void erase(const PoolEntry& key) {
+      const auto it = lower_bound(key);
+      if (it != end() && it->size == key.size && it->address == key.address) erase(it);
+    }
+    [[nodiscard]] std::size_t size() const { return size_; }
+    /// Empties the pool, keeping its buckets' storage.
+    void clear() {
+      for (std::uint32_t c = next_class(0); c < kClasses; c = next_class(c + 1)) buckets_[c].clear();
+      bits_.fill(0);
+      size_ = 0;
+    }
+
+   private:
+    static std::uint32_t size_class(std::uint64_t size) {
+      if (size < 16) return static_cast<std::uint32_t>(size);
+      const auto log = static_cast<std::uint32_t>(63 - std::countl_zero(size));
+      return log * 16 + static_cast<std::uint32_t>((size >> (log - 4)) & 15);
+    }
+    // The first non-empty class at or after `c` (kClasses: none).
+    std::uint32_t next_class(std::uint32_t c) const {
+      for (std::uint32_t w = c / 64; w < kClasses / 64; ++w) {
+        std::uint64_t bits = bits_[w];
+        if (w == c / 64) bits &= ~0ULL << (c % 64);
+        if (bits != 0) return w * 64 + static_cast<std::uint32_t>(std::countr_zero(bits));
+      }
+      return kClasses;
+    }
+    // The last non-empty class before `c` (there must be one).
+    std::uint32_t prev_class(std::uint32_t c) const {
+      for (std::uint32_t w = (c - 1) / 64 + 1; w-- > 0;) {
+        std::uint64_t bits = bits_[w];
+        if (w == (c - 1) / 64 && (c - 1) % 64 != 63) bits &= (2ULL << ((c - 1) % 64)) - 1;
+        if (bits != 0) return w * 64 + static_cast<std::uint32_t>(63 - std::countl_zero(bits));
+      }
+      return kClasses;
+    }
+    std::array<std::vector<PoolEntry>, kClasses> buckets_{};
+    std::array<std::uint64_t, kClasses / 64> bits_{};
+    std::size_t size_ = 0;
+  };
+
+ private:
   FreePool& pool_of(const Block& b) { return b.small ? small_ : large_; }
   bool free_mapped(Handle h) const { return !blocks_[h].allocated && blocks_[h].mapped; }
   // c10's BlockPool::insert_into_blocks: the block's age for garbage collection starts now.

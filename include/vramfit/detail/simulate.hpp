@@ -4,10 +4,16 @@
 /// run through the caching-allocator model at every segment placement considered, for the kinds of
 /// step that were recorded (detail/programs/*.hpp). Why placements matter: tests/validation/README.md.
 
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "vramfit/alloc_conf.hpp"
@@ -104,18 +110,71 @@ void for_each_placement(bool expandable, F&& run) {
     if (!run(Order::scattered, seed)) return;
 }
 
+/// The threads the placements of one simulation run on: the hardware's, at most 8.
+inline unsigned simulation_threads() {
+  static const unsigned n = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
+  return n;
+}
+
+/// Runs `ops` at every placement of `for_each_placement` (on `simulation_threads()` threads, each
+/// run on its own allocator model) and hands the results to `fold` in the placement order, as a
+/// serial loop would: until `fold` answers false, or rethrowing the first run's error. Runs after
+/// one that `stops` (answers true for) are not needed and may be skipped.
+template <class Fold, class Stops>
+void run_placements(const ProgramOps& ops, Bytes held, bool empty_cache_after_build, const ProgramRunOptions& options,
+                    bool expandable, Fold&& fold, Stops&& stops) {
+  using Order = CachingAllocatorModel::AddressOrder;
+  std::vector<std::pair<Order, std::uint64_t>> placements;
+  for_each_placement(expandable, [&](Order order, std::uint64_t h) {
+    placements.emplace_back(order, h);
+    return true;
+  });
+  struct Result {
+    ProgramPeaks peaks;
+    std::exception_ptr error;
+  };
+  std::vector<Result> results(placements.size());
+  std::atomic<std::size_t> next{0}, cutoff{placements.size()};
+  const auto work = [&] {
+    for (std::size_t i = next++; i < cutoff.load(); i = next++) {
+      bool stop = false;
+      try {
+        results[i].peaks = StepProgram::run(ops, held, empty_cache_after_build, options, placements[i].first,
+                                            placements[i].second);
+        stop = stops(results[i].peaks);
+      } catch (...) {
+        results[i].error = std::current_exception();
+        stop = true;
+      }
+      for (std::size_t c = cutoff.load(); stop && i + 1 < c && !cutoff.compare_exchange_weak(c, i + 1);) {
+      }
+    }
+  };
+  const unsigned helpers = std::min<unsigned>(simulation_threads(), static_cast<unsigned>(placements.size())) - 1;
+  std::vector<std::thread> threads;
+  threads.reserve(helpers);
+  try {
+    for (unsigned t = 0; t < helpers; ++t) threads.emplace_back(work);
+  } catch (const std::system_error&) {  // no more threads: the ones started and this one do the work
+  }
+  work();
+  for (std::thread& t : threads) t.join();
+  for (std::size_t i = 0; i < cutoff.load(); ++i) {
+    if (results[i].error) std::rethrow_exception(results[i].error);
+    if (!fold(results[i].peaks)) return;
+  }
+}
+
 /// Runs `program` under every segment placement (`for_each_placement`); keeps the largest figure
 /// of each kind, with the phase of the placement that gives the peak. `held`: bytes the process
 /// holds outside the program (in segments of their own).
-inline PlacementPeaks simulate_placements(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
+inline PlacementPeaks simulate_placements(const ProgramOps& ops, const Step& s, Bytes held,
                                           bool empty_cache_after_build, const AllocConf& conf = {}) {
-  const ProgramDims d = program_dims(m, s);
   const bool first = s.peak_over == PeakOver::first_step;
   ProgramRunOptions options;
   options.conf = conf;
   PlacementPeaks out;
-  for_each_placement(conf.expandable_segments, [&](CachingAllocatorModel::AddressOrder order, std::uint64_t h) {
-    const ProgramPeaks p = program.run(d, m.layers, held, empty_cache_after_build, options, order, h);
+  const auto fold = [&](const ProgramPeaks& p) {
     out.first = max(out.first, p.first);
     out.steady = max(out.steady, p.steady);
     out.after_build = max(out.after_build, p.after_build);
@@ -127,11 +186,17 @@ inline PlacementPeaks simulate_placements(const StepProgram& program, const Mode
       out.requests = p.requests;
     }
     return true;
-  });
+  };
+  run_placements(ops, held, empty_cache_after_build, options, conf.expandable_segments, fold,
+                 [](const ProgramPeaks&) { return false; });
   // What the process holds outside the program sits in segments of its own, rounded up to the
   // 2 MiB the allocator rounds large segments to (the cuBLAS workspaces: 64 or 65 MiB).
   out.reserved = out.reserved + Bytes(checked_add(held.count(), (2ULL << 20) - 1) / (2ULL << 20) * (2ULL << 20));
   return out;
+}
+inline PlacementPeaks simulate_placements(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
+                                          bool empty_cache_after_build, const AllocConf& conf = {}) {
+  return simulate_placements(program.resolve(program_dims(m, s), m.layers), s, held, empty_cache_after_build, conf);
 }
 
 /// The requests behind `held` bytes made before the build: 32 MiB workspaces (cuBLAS's, one per
@@ -160,18 +225,15 @@ struct PlacementVerdict {
 
 /// Runs `program` under `limit` bytes (c10's allowed_memory_maximum) and `conf` at every placement
 /// until one runs out of memory; `held` bytes are requested before the build (`held_requests`).
-inline PlacementVerdict simulate_under_limit(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
-                                             bool empty_cache_after_build, const AllocConf& conf, std::uint64_t limit,
-                                             int steps = 3) {
-  const ProgramDims d = program_dims(m, s);
+inline PlacementVerdict simulate_under_limit(const ProgramOps& ops, Bytes held, bool empty_cache_after_build,
+                                             const AllocConf& conf, std::uint64_t limit, int steps = 3) {
   ProgramRunOptions options;
   options.limit = limit;
   options.conf = conf;
   options.held_requests = held_requests(held);
   options.steps = steps;
   PlacementVerdict out;
-  for_each_placement(conf.expandable_segments, [&](CachingAllocatorModel::AddressOrder order, std::uint64_t h) {
-    const ProgramPeaks p = program.run(d, m.layers, held, empty_cache_after_build, options, order, h);
+  const auto fold = [&](const ProgramPeaks& p) {
     out.reserved_peak = max(out.reserved_peak, p.reserved_peak);
     out.pressed = out.pressed || p.limit_refusals > 0;
     if (!p.oom) return true;
@@ -180,8 +242,17 @@ inline PlacementVerdict simulate_under_limit(const StepProgram& program, const M
     out.oom_phase = enum_name(p.oom_phase);
     out.oom_step = p.oom_step;
     return false;
-  });
+  };
+  run_placements(ops, held, empty_cache_after_build, options, conf.expandable_segments, fold,
+                 [](const ProgramPeaks& p) { return p.oom.has_value(); });
   return out;
+}
+
+inline PlacementVerdict simulate_under_limit(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
+                                             bool empty_cache_after_build, const AllocConf& conf, std::uint64_t limit,
+                                             int steps = 3) {
+  return simulate_under_limit(program.resolve(program_dims(m, s), m.layers), held, empty_cache_after_build, conf, limit,
+                              steps);
 }
 
 }  // namespace vramfit::detail

@@ -23,15 +23,15 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -221,6 +221,95 @@ struct ProgramRunOptions {
   int steps = 2;
 };
 
+/// A map of 64-bit keys (never ~0) to values, open addressing with linear probing: the
+/// resolver's look-ups of live requests, without a node per request.
+template <class V>
+class KeyMap {
+ public:
+  /// The value of `k`, or nullptr.
+  const V* find(std::uint64_t k) const {
+    if (slots_.empty()) return nullptr;
+    for (std::size_t i = home(k);; i = (i + 1) & mask_) {
+      if (slots_[i].key == k) return &slots_[i].value;
+      if (slots_[i].key == kEmpty) return nullptr;
+    }
+  }
+  V* find(std::uint64_t k) { return const_cast<V*>(static_cast<const KeyMap&>(*this).find(k)); }
+  void set(std::uint64_t k, V v) {
+    if (V* x = find(k)) {
+      *x = v;
+      return;
+    }
+    if ((size_ + 1) * 2 > slots_.size()) grow();
+    std::size_t i = home(k);
+    while (slots_[i].key != kEmpty) i = (i + 1) & mask_;
+    slots_[i] = {k, v};
+    ++size_;
+  }
+  /// Removes `k`; whether it was there.
+  bool erase(std::uint64_t k) {
+    if (slots_.empty()) return false;
+    std::size_t i = home(k);
+    while (slots_[i].key != k) {
+      if (slots_[i].key == kEmpty) return false;
+      i = (i + 1) & mask_;
+    }
+    // Backward shift: entries after the hole that may move into it do.
+    for (std::size_t j = (i + 1) & mask_; slots_[j].key != kEmpty; j = (j + 1) & mask_) {
+      const std::size_t h = home(slots_[j].key);
+      if (((j - h) & mask_) >= ((j - i) & mask_)) {
+        slots_[i] = slots_[j];
+        i = j;
+      }
+    }
+    slots_[i].key = kEmpty;
+    --size_;
+    return true;
+  }
+  template <class F>
+  void for_each(F&& f) const {
+    for (const Slot& x : slots_)
+      if (x.key != kEmpty) f(x.key, x.value);
+  }
+
+ private:
+  static constexpr std::uint64_t kEmpty = ~0ULL;
+  struct Slot {
+    std::uint64_t key = kEmpty;
+    V value{};
+  };
+  std::size_t home(std::uint64_t k) const { return static_cast<std::size_t>((k * 0x9E3779B97F4A7C15ULL) >> shift_); }
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    const std::size_t n = old.empty() ? 1024 : old.size() * 2;
+    slots_.assign(n, Slot{});
+    mask_ = n - 1;
+    shift_ = 64 - static_cast<unsigned>(std::countr_zero(n));
+    size_ = 0;
+    for (const Slot& x : old)
+      if (x.key != kEmpty) set(x.key, x.value);
+  }
+  std::vector<Slot> slots_;
+  std::size_t mask_ = 0, size_ = 0;
+  unsigned shift_ = 64;
+};
+
+/// A program resolved for one model shape and step: its requests and frees in order, each free
+/// naming its request by a slot, so the runs under many placements look no keys up. Steps 1 to 3
+/// (3: step 2's blocks again); a run of fewer steps stops at the next step's mark. An error the
+/// program raises at these dimensions is kept where it arises and raised when a run reaches it.
+struct ProgramOps {
+  enum class Code : std::uint8_t { request, free, phase, step, fail };
+  struct Op {
+    Code code;
+    std::uint32_t arg;    ///< request, free: the slot; phase: the `ProgramPhase`; step: the step begun
+    std::uint64_t bytes;  ///< request: the bytes asked for
+  };
+  std::vector<Op> ops;
+  std::size_t slots = 0;
+  std::exception_ptr error;  ///< raised at `Code::fail`
+};
+
 class StepProgram {
  public:
 
@@ -243,66 +332,154 @@ class StepProgram {
                                  CachingAllocatorModel::AddressOrder order, std::uint64_t headroom) const {
     if (layers == 0 || layers > (1u << 20)) throw InvalidInput("layers", "must be 1 to 1048576");
     if (options.steps < 1 || options.steps > 3) throw InvalidInput("steps", "must be 1 to 3");
+    return run(resolve(dims, layers), baseline, empty_cache_after_build, options, order, headroom);
+  }
+
+  /// The program's requests and frees for these dimensions and layers (`ProgramOps`), to run under
+  /// many placements.
+  [[nodiscard]] ProgramOps resolve(const ProgramDims& dims, std::uint64_t layers) const {
+    if (layers == 0 || layers > (1u << 20)) throw InvalidInput("layers", "must be 1 to 1048576");
     std::vector<std::uint64_t> sizes;
     sizes.reserve(sizes_.size());
     for (const auto& s : sizes_) sizes.push_back(evaluate(s, dims));
-    Run r(*this, layers, sizes, order, headroom);
-    if (options.limit || options.conf != AllocConf{}) r.model.configure(options.limit, options.conf);
-    if (!options.held_requests.empty()) baseline = Bytes{};
-    ProgramPeaks out;
+    Resolver r(*this, layers, sizes);
+    r.out.ops.reserve(op_bound(layers));
+    r.slot_bytes.reserve(r.out.ops.capacity() / 2);
     int step = 0;
-    const auto end_step = [&](int ended) {
-      if (ended == 0) {
-        if (empty_cache_after_build) r.model.empty_cache();
-        out.after_build = baseline + r.model.allocated();
-        r.model.reset_peaks();
-        r.track = true;
-      } else if (ended == 1) {
-        out.first = baseline + r.peak;
-        out.first_phase = r.peak_phase;
-      }
-    };
     try {
-      for (const std::uint64_t h : options.held_requests)
-        if (r.model.malloc(h) == CachingAllocatorModel::oom_handle) throw ProgramOom{};
       for (std::size_t b = 0; b < blocks_.size(); ++b) {
         const Block& blk = blocks_[b];
-        if (blk.step > options.steps) break;
         if (blk.step != step) {
-          end_step(step);
           step = blk.step;
-          r.record_frees = step == 2 && options.steps == 3;
+          r.emit(ProgramOps::Code::step, static_cast<std::uint32_t>(step));
+          r.record_frees = step == 2;
         }
-        r.phase = blk.phase;
+        r.emit(ProgramOps::Code::phase, static_cast<std::uint32_t>(blk.phase));
         r.block(b);
       }
       // Step 3: step 2's blocks again; what step 2 left live (its loss, ...) is freed by the same
       // tokens as step 1's was.
-      if (options.steps == 3 && step == 2) {
+      if (step == 2) {
+        r.emit(ProgramOps::Code::step, 3);
         r.rename_step();
-        step = 3;
         for (std::size_t b = 0; b < blocks_.size(); ++b) {
           if (blocks_[b].step != 2) continue;
-          r.phase = blocks_[b].phase;
+          r.emit(ProgramOps::Code::phase, static_cast<std::uint32_t>(blocks_[b].phase));
           r.block(b);
         }
       }
-    } catch (const ProgramOom&) {
-      out.oom = r.model.oom();
-      out.oom_phase = r.phase;
+    } catch (const InvalidInput&) {
+      r.out.error = std::current_exception();
+      r.emit(ProgramOps::Code::fail, 0);
+    }
+    r.out.slots = r.slot_bytes.size();
+    return std::move(r.out);
+  }
+
+  /// Runs resolved `ops` (`resolve`) as the overload above runs the program.
+  [[nodiscard]] static ProgramPeaks run(const ProgramOps& ops, Bytes baseline, bool empty_cache_after_build,
+                                        const ProgramRunOptions& options, CachingAllocatorModel::AddressOrder order,
+                                        std::uint64_t headroom) {
+    if (options.steps < 1 || options.steps > 3) throw InvalidInput("steps", "must be 1 to 3");
+    // Each thread's model and handles, kept from run to run for their storage.
+    thread_local CachingAllocatorModel model;
+    thread_local std::vector<CachingAllocatorModel::Handle> handles;
+    model.reset(order, headroom);
+    if (options.limit || options.conf != AllocConf{}) model.configure(options.limit, options.conf);
+    if (!options.held_requests.empty()) baseline = Bytes{};
+    handles.assign(ops.slots, CachingAllocatorModel::null_handle);
+    ProgramPeaks out;
+    ProgramPhase phase = ProgramPhase::build, peak_phase = ProgramPhase::build;
+    std::uint64_t peak = 0;
+    bool track = false;
+    std::size_t requests = 0;
+    int step = 0;
+    const auto end_step = [&](int ended) {
+      if (ended == 0) {
+        if (empty_cache_after_build) model.empty_cache();
+        out.after_build = baseline + model.allocated();
+        model.reset_peaks();
+        track = true;
+      } else if (ended == 1) {
+        out.first = baseline + Bytes(peak);
+        out.first_phase = peak_phase;
+      }
+    };
+    const auto oom = [&] {
+      out.oom = model.oom();
+      out.oom_phase = phase;
       out.oom_step = step;
+    };
+    bool stopped = false;
+    for (const std::uint64_t h : options.held_requests)
+      if (model.malloc(h) == CachingAllocatorModel::oom_handle) {
+        oom();
+        stopped = true;
+        break;
+      }
+    for (const ProgramOps::Op* op = ops.ops.data(), *end = op + ops.ops.size(); op != end && !stopped; ++op) {
+      switch (op->code) {
+        case ProgramOps::Code::request: {
+          const auto h = model.malloc(op->bytes);
+          if (h == CachingAllocatorModel::oom_handle) {
+            oom();
+            stopped = true;
+            break;
+          }
+          ++requests;
+          handles[op->arg] = h;
+          if (track && model.allocated().count() > peak) {
+            peak = model.allocated().count();
+            peak_phase = phase;
+          }
+          break;
+        }
+        case ProgramOps::Code::free: model.free(handles[op->arg]); break;
+        case ProgramOps::Code::phase: phase = static_cast<ProgramPhase>(op->arg); break;
+        case ProgramOps::Code::step: {
+          const int next = static_cast<int>(op->arg);
+          if (next > options.steps) {
+            stopped = true;
+            break;
+          }
+          if (next != 3) end_step(step);  // step 3 repeats step 2: nothing ends there
+          step = next;
+          break;
+        }
+        case ProgramOps::Code::fail: std::rethrow_exception(ops.error);
+      }
     }
     if (step == 1) end_step(1);
-    out.steady = baseline + r.peak;
-    out.steady_phase = r.peak_phase;
-    out.reserved = r.model.reserved();
-    out.reserved_peak = r.model.peak_reserved();
-    out.limit_refusals = r.model.limit_refusals();
-    out.requests = r.requests;
+    out.steady = baseline + Bytes(peak);
+    out.steady_phase = peak_phase;
+    out.reserved = model.reserved();
+    out.reserved_peak = model.peak_reserved();
+    out.limit_refusals = model.limit_refusals();
+    out.requests = requests;
     return out;
   }
 
  private:
+  // At most the ops `resolve` emits for `layers` layers (step 2's blocks counted twice).
+  std::size_t op_bound(std::uint64_t layers) const {
+    std::size_t n = 2;
+    for (const Block& b : blocks_) {
+      std::size_t k = 2;
+      for (const Part& part : b.parts)
+        k += part.tokens.size() * (part.repeat ? static_cast<std::size_t>(std::max<std::int64_t>(
+                                                     static_cast<std::int64_t>(layers) - part.c, 0))
+                                               : 1);
+      if (b.kind == BlockKind::layers) {
+        std::size_t most = b.layer_template.size();
+        for (const auto& t : b.lo_special) most = std::max(most, t.size());
+        for (const auto& t : b.hi_special) most = std::max(most, t.size());
+        k += most * layers;
+      }
+      n += b.step == 2 ? 2 * k : k;
+    }
+    return std::min<std::size_t>(n, std::size_t{1} << 26);
+  }
+
   struct Term {
     std::uint32_t coef;
     Dim factors[4];
@@ -368,45 +545,45 @@ class StepProgram {
     return (type << 62) | (b << 54) | (part << 46) | (m << 24) | k;
   }
 
-  struct ProgramOom {};  // a request did not fit under the limit
-
-  struct Run {
-    Run(const StepProgram& program, std::uint64_t l, const std::vector<std::uint64_t>& s,
-        CachingAllocatorModel::AddressOrder order, std::uint64_t headroom)
-        : p(program), L(l), sizes(s), model(order, headroom) {}
+  // Resolves the tokens to requests and frees of slots (`ProgramOps`), as a run would meet them.
+  struct Resolver {
+    Resolver(const StepProgram& program, std::uint64_t l, const std::vector<std::uint64_t>& s)
+        : p(program), L(l), sizes(s) {}
     const StepProgram& p;
     std::uint64_t L;
     const std::vector<std::uint64_t>& sizes;
-    CachingAllocatorModel model;
-    std::unordered_map<std::uint64_t, CachingAllocatorModel::Handle> live;
-    std::unordered_set<std::uint64_t> skipped;
-    std::unordered_map<std::uint64_t, std::int64_t> counts;  // (block, part) -> repeats
-    Bytes peak{};
-    ProgramPhase phase = ProgramPhase::build, peak_phase = ProgramPhase::build;
-    bool track = false;
-    std::size_t requests = 0;
+    ProgramOps out;
+    std::vector<std::uint64_t> slot_bytes;  // each request's bytes, by slot
+    KeyMap<std::uint32_t> live;  // key -> slot
+    KeyMap<bool> skipped;
+    KeyMap<std::int64_t> counts;  // (block, part) -> repeats
     bool record_frees = false;  // during step 2: keep what it frees of the build's and step 1's
     std::vector<std::pair<std::uint64_t, std::uint64_t>> freed_before;  // (key, requested bytes)
+
+    void emit(ProgramOps::Code code, std::uint32_t arg, std::uint64_t bytes = 0) {
+      out.ops.push_back(ProgramOps::Op{code, arg, bytes});
+    }
 
     // Before step 2's blocks run again: what step 2 left live takes the keys of what step 2
     // freed of earlier steps (paired in key order, sizes equal), so the same tokens free it.
     void rename_step() {
       std::vector<std::pair<std::uint64_t, std::uint64_t>> left;
-      for (const auto& [k, h] : live)
-        if (p.blocks_[(k >> 54) & 0xFF].step == 2) left.emplace_back(k, model.requested_size(h));
+      live.for_each([&](std::uint64_t k, std::uint32_t slot) {
+        if (p.blocks_[(k >> 54) & 0xFF].step == 2) left.emplace_back(k, slot_bytes[slot]);
+      });
       std::sort(left.begin(), left.end());
       std::sort(freed_before.begin(), freed_before.end());
       const auto drop_key = [](std::uint64_t k) { return k & ~(0xFFULL << 54); };
       if (left.size() != freed_before.size())
         throw InvalidInput("program", "step 2 does not free what it leaves; it cannot run again");
-      std::vector<std::pair<std::uint64_t, CachingAllocatorModel::Handle>> moved;
+      std::vector<std::pair<std::uint64_t, std::uint32_t>> moved;
       for (std::size_t i = 0; i < left.size(); ++i) {
         if (left[i].second != freed_before[i].second || drop_key(left[i].first) != drop_key(freed_before[i].first))
           throw InvalidInput("program", "step 2 does not free what it leaves; it cannot run again");
-        moved.emplace_back(freed_before[i].first, live.at(left[i].first));
+        moved.emplace_back(freed_before[i].first, *live.find(left[i].first));
         live.erase(left[i].first);
       }
-      for (const auto& [k, h] : moved) live[k] = h;
+      for (const auto& [k, slot] : moved) live.set(k, slot);
       freed_before.clear();
     }
 
@@ -417,9 +594,9 @@ class StepProgram {
       return key(type, idx(b), type == 2 ? 0 : idx(part), type == 0 ? 0 : idx(c), idx(k));
     }
     std::int64_t count_of(std::int64_t b, std::int64_t part) const {
-      const auto it = counts.find(count_key(b, part));
-      if (it == counts.end()) throw InvalidInput("program", "a reference names a repeat not run yet");
-      return it->second;
+      const std::int64_t* n = counts.find(count_key(b, part));
+      if (n == nullptr) throw InvalidInput("program", "a reference names a repeat not run yet");
+      return *n;
     }
     static std::uint64_t idx(std::int64_t v) {
       if (v < 0) throw InvalidInput("program", "a reference resolves to a negative index");
@@ -457,28 +634,24 @@ class StepProgram {
           const std::uint64_t n = sizes[static_cast<std::size_t>(t.a[0])];
           const auto key = unit_key(unit_type, b, part, c, k++);
           if (n == 0) {  // not requested at these dimensions; its free is skipped too
-            skipped.insert(key);
+            skipped.set(key, true);
             continue;
           }
-          const auto h = model.malloc(n);
-          if (h == CachingAllocatorModel::oom_handle) throw ProgramOom{};
-          ++requests;
-          live[key] = h;
-          if (track && model.allocated() > peak) {
-            peak = model.allocated();
-            peak_phase = phase;
-          }
+          const auto slot = static_cast<std::uint32_t>(slot_bytes.size());
+          slot_bytes.push_back(n);
+          live.set(key, slot);
+          emit(ProgramOps::Code::request, slot, n);
         } else {
           const auto key = resolve(t, b, part, c, unit_type);
-          const auto it = live.find(key);
-          if (it == live.end()) {
-            if (skipped.erase(key) == 1) continue;
+          const std::uint32_t* slot = live.find(key);
+          if (slot == nullptr) {
+            if (skipped.erase(key)) continue;
             throw InvalidInput("program", "a free names no live request");
           }
           if (record_frees && p.blocks_[(key >> 54) & 0xFF].step < 2)
-            freed_before.emplace_back(key, model.requested_size(it->second));
-          model.free(it->second);
-          live.erase(it);
+            freed_before.emplace_back(key, slot_bytes[*slot]);
+          emit(ProgramOps::Code::free, *slot);
+          live.erase(key);
         }
       }
     }
@@ -496,7 +669,7 @@ class StepProgram {
           }
           const std::int64_t n = static_cast<std::int64_t>(L) - part.c;
           if (n < 0) throw InvalidInput("layers", "too few layers for this program");
-          counts[count_key(b, si)] = n;
+          counts.set(count_key(b, si), n);
           for (std::int64_t m = 0; m < n; ++m) tokens(part.tokens, b, si, m, 1);
         }
         return;
