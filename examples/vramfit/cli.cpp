@@ -189,9 +189,10 @@ std::string flag_for_field(std::string_view field, bool from_config) {
   return std::string(field);
 }
 
-/// One line, whatever the message holds.
+/// One line of UTF-8, whatever the message holds: line breaks become spaces, bytes that are not
+/// UTF-8 (a path from the command line) U+FFFD, so stderr and the JSON object say the same.
 std::string one_line(std::string_view text) {
-  std::string out(text);
+  std::string out = nlohmann::json::parse(json_text(nlohmann::json(std::string(text)))).get<std::string>();
   std::replace_if(out.begin(), out.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
   return out;
 }
@@ -207,7 +208,7 @@ struct ErrorOut {
   int report(std::string_view field, std::string_view message, int status) const {
     if (json) {
       const nlohmann::json j = {{"error", message}, {"field", field.empty() ? nlohmann::json(nullptr) : field}};
-      fmt::print(out, "{}\n", j.dump());
+      fmt::print(out, "{}\n", json_text(j));
     }
     if (field.empty())
       fmt::print(err, "vramfit: error: {}\n", message);

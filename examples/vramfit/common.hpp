@@ -186,6 +186,13 @@ protected:
 
 // ---- output ---------------------------------------------------------------------------------------
 
+/// `j` as text; bytes that are not UTF-8 (a path or name from the command line) print as U+FFFD
+/// instead of throwing.
+template <class Json>
+std::string json_text(const Json& j, int indent = -1) {
+  return j.dump(indent, ' ', false, Json::error_handler_t::replace);
+}
+
 /// The model's JSON: its shape (vramfit/json.hpp) with "name" (or "config", its path) and "parameters".
 nlohmann::json model_json(const NamedModel& m);
 /// The budget's fields: budget_bytes, fits (`e.fits`: by simulation where a program applies), and

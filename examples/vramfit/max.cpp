@@ -65,7 +65,7 @@ public:
       j["stack"] = to_string(at.stack);
       j["model"] = model_json(model);
       j["step"] = nlohmann::json(step);
-      fmt::print(out, "{}\n", j.dump(2));
+      fmt::print(out, "{}\n", json_text(j, 2));
     } else {
       print_context(out, model,
                     fmt::format("{} {}, {} searched; {}", search_batch_ ? "seq" : "batch",

@@ -25,7 +25,7 @@ public:
     const std::optional<Bytes>& budget = flags_.budget;
     const bool fits = !budget || e.fits(Budget(*budget));
     if (json_) {
-      fmt::print(out, "{}\n", estimate_json(model, step, e, budget).dump(2));
+      fmt::print(out, "{}\n", json_text(estimate_json(model, step, e, budget), 2));
       return fits ? exit_success : exit_does_not_fit;
     }
     const Prediction& p = e.closed_form;

@@ -21,7 +21,7 @@ public:
     if (json_) {
       nlohmann::json list = nlohmann::json::array();
       for (const auto& p : presets) list.push_back(model_json({std::string(p.name), false, p.shape, std::nullopt, Step{}}));
-      fmt::print(out, "{}\n", nlohmann::json{{"presets", list}}.dump(2));
+      fmt::print(out, "{}\n", json_text(nlohmann::json{{"presets", list}}, 2));
       return exit_success;
     }
     using Align = vramfit::detail::TextTable::Align;

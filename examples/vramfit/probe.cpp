@@ -103,7 +103,7 @@ std::string trace_json(std::string_view model, std::string_view stack, const Mod
   j["marks"] = marks;
   j["addresses"] = t.addresses;
   j["segments"] = t.segments;
-  return j.dump();
+  return json_text(j);
 }
 
 class ProbeCommand final : public ModelCommand {
@@ -163,7 +163,7 @@ public:
       nlohmann::ordered_json stack_line = {{"kind", "stack"}};
       const nlohmann::json record_json = probe::to_json(record);  // alive through the loop
       for (const auto& [key, value] : record_json.items()) stack_line[key] = value;
-      trace_file << stack_line.dump() << '\n';
+      trace_file << json_text(stack_line) << '\n';
     }
     for (std::uint64_t seq : flags_.seqs)
       for (std::uint64_t batch : flags_.batches)
@@ -191,7 +191,7 @@ public:
               row["budget_bytes"] = flags_.budget->count();
               row["fraction"] = probe::MemoryFraction::for_bytes(0, *flags_.budget);
             }
-            std::fprintf(out, "%s\n", row.dump().c_str());
+            std::fprintf(out, "%s\n", json_text(row).c_str());
             std::fflush(out);
           } else {
             std::fprintf(err, "  seq %llu batch %llu: %s\n", static_cast<unsigned long long>(seq),

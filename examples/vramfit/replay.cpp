@@ -83,7 +83,7 @@ private:
         j["ratio"] = *row.ratio();
         j["verdict"] = row.verdict();
         j["phase"] = e.phase;
-        fmt::print(out, "{}\n", j.dump());
+        fmt::print(out, "{}\n", json_text(j));
         continue;
       }
       const std::string heading = fmt::format("{} ({}, {}): {}", m.model, to_string(e.stack), to_string(e.method),
@@ -121,7 +121,7 @@ private:
                            {"reserved_bytes", r.reserved.count()},
                            {"segments", r.segments}};
       j["exact"] = exact;
-      fmt::print(out, "{}\n", j.dump());
+      fmt::print(out, "{}\n", json_text(j));
       return exact ? exit_success : exit_does_not_fit;
     }
     using Align = vramfit::detail::TextTable::Align;

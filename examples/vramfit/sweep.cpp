@@ -52,7 +52,7 @@ public:
                            return r.estimate.fits(Budget(*budget));
                          });
     if (json_) {
-      for (const Row& r : rows) fmt::print(out, "{}\n", estimate_json(model, r.step, r.estimate, budget).dump());
+      for (const Row& r : rows) fmt::print(out, "{}\n", json_text(estimate_json(model, r.step, r.estimate, budget)));
       return exit_success;
     }
     std::vector<SweepRow> table;

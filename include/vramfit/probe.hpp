@@ -223,7 +223,7 @@ inline std::string to_json_line(const CheckResult& r, const ModelShape& model, c
   j["step2"] = probe::to_json(r.step2);
   j["oom_requested"] = r.oom_requested ? nlohmann::json(r.oom_requested->count()) : nlohmann::json(nullptr);
   j["stack"] = probe::to_json(stack);
-  return j.dump();
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace vramfit::probe

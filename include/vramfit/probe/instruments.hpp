@@ -76,13 +76,13 @@ inline nlohmann::json to_json(const StackRecord& s) {
 }
 
 /// One line of JSON: the stack alone.
-inline std::string to_json_line(const StackRecord& s) { return nlohmann::json{{"stack", probe::to_json(s)}}.dump(); }
+inline std::string to_json_line(const StackRecord& s) { return nlohmann::json{{"stack", probe::to_json(s)}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
 /// One instrument's JSON line: its name, its fields and the stack record.
 inline std::string instrument_line(std::string_view instrument, nlohmann::json fields, const StackRecord& stack) {
   fields["instrument"] = instrument;
   fields["stack"] = probe::to_json(stack);
-  return fields.dump();
+  return fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // ---- spread ---------------------------------------------------------------------------------------
