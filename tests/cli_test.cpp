@@ -632,7 +632,7 @@ TEST_CASE("cli: bad input exits 2 with one line on stderr naming the flag, and w
       {"replay_trace_missing_file", "--trace", {"replay", "--trace", "/nonexistent/trace.jsonl"}},
       {"replay_trace_not_a_trace", "--trace", {"replay", "--trace", data_file("hf_steps.jsonl")}},
       // Bytes that are not UTF-8 in the message: the JSON object shows them as U+FFFD (a finding of
-      // fuzz_cli, tests/fuzz/corpus/cli/bad-path-not-utf8-json-error).
+      // fuzz_cli, tests/fuzz/corpus/cli/regression-path-not-utf8-json-error).
       {"replay_data_not_utf8", "--data", {"replay", "--data", "/nonexistent/\xff\xfe.jsonl"}},
   };
   std::vector<Case> all = cases;
