@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -180,6 +181,59 @@ inline PlacementVerdict simulate_under_limit(const StepProgram& program, const M
     out.oom_phase = enum_name(p.oom_phase);
     out.oom_step = p.oom_step;
     return false;
+  });
+  return out;
+}
+
+/// A loop of varied lengths (`StepProgram::run_loop`) at every placement: the largest allocated
+/// peak and reserved figures, and under `limit` whether every placement ran every step (stopping at
+/// the first that did not). `held` bytes are requested before the build (`held_requests`).
+struct LoopPeaks {
+  Bytes peak;               ///< allocated, over the loop's steps
+  std::string_view phase;   ///< where `peak` falls
+  Bytes reserved_peak;      ///< the most reserved over the steps
+  PlacementVerdict verdict; ///< under `limit` (without one: fits, and no OOM)
+};
+inline LoopPeaks simulate_loop(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
+                               std::span<const std::uint64_t> lengths, const AllocConf& conf,
+                               std::optional<std::uint64_t> limit) {
+  const ProgramDims d = program_dims(m, s);
+  ProgramRunOptions options;
+  options.limit = limit;
+  options.conf = conf;
+  options.held_requests = held_requests(held);
+  LoopPeaks out;
+  for_each_placement(conf.expandable_segments, [&](CachingAllocatorModel::AddressOrder order, std::uint64_t h) {
+    const ProgramPeaks p = program.run_loop(d, lengths, m.layers, held, options, order, h);
+    if (out.phase.empty() || p.steady > out.peak) {
+      out.peak = p.steady;
+      out.phase = enum_name(p.steady_phase);
+    }
+    out.reserved_peak = max(out.reserved_peak, p.reserved_peak);
+    out.verdict.reserved_peak = out.reserved_peak;
+    out.verdict.pressed = out.verdict.pressed || p.limit_refusals > 0;
+    if (!p.oom) return true;
+    out.verdict.fits = false;
+    out.verdict.oom = p.oom;
+    out.verdict.oom_phase = enum_name(p.oom_phase);
+    out.verdict.oom_step = p.oom_step;
+    return false;
+  });
+  return out;
+}
+
+/// `StepProgram::run_slack_bound` at every placement: the largest bound (the placement decides the
+/// slack of the blocks made before the first sequence-dependent request, which is not charged).
+inline Bytes simulate_slack_bound(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
+                                  const AllocConf& conf) {
+  const ProgramDims d = program_dims(m, s);
+  ProgramRunOptions options;
+  options.conf = conf;
+  options.held_requests = held_requests(held);
+  Bytes out;
+  for_each_placement(conf.expandable_segments, [&](CachingAllocatorModel::AddressOrder order, std::uint64_t h) {
+    out = max(out, program.run_slack_bound(d, m.layers, held, options, order, h).slack_bound);
+    return true;
   });
   return out;
 }

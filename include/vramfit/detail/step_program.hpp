@@ -204,6 +204,9 @@ struct ProgramPeaks {
   ProgramPhase steady_phase = ProgramPhase::build;
   std::size_t requests = 0;
   Bytes reserved_peak;          ///< the most reserved over the steps (the build's segments included)
+  /// `StepProgram::run_slack_bound`: the most allocated plus, on every live block made from the first
+  /// sequence-dependent request on, what c10's rules let that block hold beyond its request and did not.
+  Bytes slack_bound;
   /// Under a limit: the request that did not fit, and where (step 0: the build).
   std::optional<CachingAllocatorModel::OutOfMemory> oom;
   ProgramPhase oom_phase = ProgramPhase::build;
@@ -220,6 +223,18 @@ struct ProgramRunOptions {
   std::vector<std::uint64_t> held_requests;
   int steps = 2;
 };
+
+/// The most bytes c10's rules let a live block of a `rounded` request hold beyond it, whatever the
+/// history of the pool (`should_split`, `get_free_block` in CUDACachingAllocator.cpp): none in the
+/// small pool (split whenever 512 B remain) or with expandable segments (the same rule in the large
+/// pool); 1 MiB for a large block under max_split_size (split only when more than kSmallSize
+/// remains); under kLargeBuffer for one at or above it (never split; get_free_block takes no
+/// cached block of its size plus kLargeBuffer or more, a new segment adds under 2 MiB).
+constexpr std::uint64_t max_block_slack(std::uint64_t rounded, const AllocConf& conf) {
+  if (rounded <= CachingAllocatorModel::kSmallSize || conf.expandable_segments) return 0;
+  if (!conf.max_split_size || rounded < *conf.max_split_size) return CachingAllocatorModel::kSmallSize;
+  return CachingAllocatorModel::kLargeBuffer - CachingAllocatorModel::kMinBlockSize;
+}
 
 class StepProgram {
  public:
@@ -246,7 +261,7 @@ class StepProgram {
     std::vector<std::uint64_t> sizes;
     sizes.reserve(sizes_.size());
     for (const auto& s : sizes_) sizes.push_back(evaluate(s, dims));
-    Run r(*this, layers, sizes, order, headroom);
+    Run r(*this, layers, &sizes, order, headroom);
     if (options.limit || options.conf != AllocConf{}) r.model.configure(options.limit, options.conf);
     if (!options.held_requests.empty()) baseline = Bytes{};
     ProgramPeaks out;
@@ -302,7 +317,189 @@ class StepProgram {
     return out;
   }
 
+  /// A loop of varied lengths (dynamic padding) in one process: the build and step 1 at `seqs[0]`
+  /// (`dims.seq` is ignored), then step 2's blocks once for each further length. Before every step
+  /// after the first, the build's requests that depend on the sequence (the batch: input ids and
+  /// labels) are made again at the step's length while the previous ones are held, then those are
+  /// freed, as `batch = next(it)` in a loop body does. `first` is step 1's peak, `steady` the loop's.
+  [[nodiscard]] ProgramPeaks run_loop(const ProgramDims& dims, std::span<const std::uint64_t> seqs,
+                                      std::uint64_t layers, Bytes baseline, const ProgramRunOptions& options,
+                                      CachingAllocatorModel::AddressOrder order, std::uint64_t headroom) const {
+    if (seqs.empty()) throw InvalidInput("lengths", "a loop needs at least one length");
+    std::vector<std::pair<std::uint64_t, std::vector<std::uint64_t>>> at;  // sizes by length, once each
+    std::vector<const std::vector<std::uint64_t>*> steps;
+    at.reserve(seqs.size());
+    for (const std::uint64_t q : seqs) {
+      auto it = std::find_if(at.begin(), at.end(), [&](const auto& e) { return e.first == q; });
+      if (it == at.end()) {
+        ProgramDims d = dims;
+        d.seq = q;
+        std::vector<std::uint64_t> v;
+        v.reserve(sizes_.size());
+        for (const auto& z : sizes_) v.push_back(evaluate(z, d));
+        at.emplace_back(q, std::move(v));
+        it = std::prev(at.end());
+      }
+      steps.push_back(&it->second);
+    }
+    return run_sized(steps, layers, baseline, options, order, headroom, false);
+  }
+
+  /// An upper bound of the allocated peak of every loop of lengths up to `dims.seq` (at
+  /// `dims.batch`), any number of steps: three steps of the loop where every request takes its
+  /// largest size over lengths 1 to `dims.seq` (`longest_sizes`), each live block from the first
+  /// sequence-dependent request on charged the most slack c10's rules allow (`max_block_slack`).
+  /// Why it bounds: tests/validation/README.md#varied-lengths
+  [[nodiscard]] ProgramPeaks run_slack_bound(const ProgramDims& dims, std::uint64_t layers, Bytes baseline,
+                                             const ProgramRunOptions& options, CachingAllocatorModel::AddressOrder order,
+                                             std::uint64_t headroom) const {
+    const std::vector<std::uint64_t> longest = longest_sizes(dims);
+    const std::vector<const std::vector<std::uint64_t>*> steps(3, &longest);
+    return run_sized(steps, layers, baseline, options, order, headroom, true);
+  }
+
+  /// Each size's largest value over sequence lengths 1 to `dims.seq` at the other dimensions of
+  /// `dims`: a sum of products with positive coefficients grows with the length, so its value at
+  /// `dims.seq`; the sizes computed by launch rules (`SizeKind`) by trying every length.
+  [[nodiscard]] std::vector<std::uint64_t> longest_sizes(const ProgramDims& dims) const {
+    std::vector<std::uint64_t> out;
+    out.reserve(sizes_.size());
+    for (const auto& z : sizes_) {
+      if (z.kind == SizeKind::products) {
+        out.push_back(evaluate(z, dims));
+        continue;
+      }
+      std::uint64_t most = 0;
+      ProgramDims d = dims;
+      for (d.seq = 1; d.seq <= dims.seq; ++d.seq) most = std::max(most, evaluate(z, d));
+      out.push_back(most);
+    }
+    return out;
+  }
+
  private:
+  struct Run;
+  // The build and steps with sizes of their own (step k: `steps[k - 1]`; the build takes step
+  // 1's); see `run_loop`. With `bound`, the slack charges of `run_slack_bound`.
+  ProgramPeaks run_sized(std::span<const std::vector<std::uint64_t>* const> steps, std::uint64_t layers,
+                         Bytes baseline, const ProgramRunOptions& options, CachingAllocatorModel::AddressOrder order,
+                         std::uint64_t headroom, bool bound) const {
+    if (layers == 0 || layers > (1u << 20)) throw InvalidInput("layers", "must be 1 to 1048576");
+    Run r(*this, layers, steps.front(), order, headroom);
+    r.loop = true;
+    r.bound = bound;
+    r.conf = options.conf;
+    if (options.limit || options.conf != AllocConf{}) r.model.configure(options.limit, options.conf);
+    if (!options.held_requests.empty()) baseline = Bytes{};
+    ProgramPeaks out;
+    const auto run_blocks = [&](int step) {
+      for (std::size_t b = 0; b < blocks_.size(); ++b) {
+        if (blocks_[b].step != step) continue;
+        r.phase = blocks_[b].phase;
+        r.block(b);
+      }
+    };
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> renames;  // step 2's leftovers -> the keys step 2 frees
+    int step = 0;
+    try {
+      for (const std::uint64_t h : options.held_requests)
+        if (r.model.malloc(h) == CachingAllocatorModel::oom_handle) throw ProgramOom{};
+      r.phase = ProgramPhase::build;
+      run_blocks(0);
+      out.after_build = baseline + r.model.allocated();
+      r.model.reset_peaks();
+      r.track = true;
+      r.note_bound();
+      for (std::size_t k = 1; k <= steps.size(); ++k) {
+        step = static_cast<int>(k);
+        r.sizes = steps[k - 1];
+        if (k >= 2) new_batch(r);
+        if (k >= 3)
+          for (const auto& [from, to] : renames) {
+            const auto h = r.live.at(from);
+            r.live.erase(from);
+            r.live[to] = h;
+          }
+        r.record_frees = k == 2;
+        run_blocks(k == 1 ? 1 : 2);
+        if (k == 1) {
+          out.first = baseline + r.peak;
+          out.first_phase = r.peak_phase;
+        }
+        if (k == 2) renames = loop_renames(r);
+      }
+    } catch (const ProgramOom&) {
+      out.oom = r.model.oom();
+      out.oom_phase = r.phase;
+      out.oom_step = step;
+    }
+    if (step <= 1 && !out.oom) {
+      out.first = baseline + r.peak;
+      out.first_phase = r.peak_phase;
+    }
+    out.steady = baseline + r.peak;
+    out.steady_phase = r.peak_phase;
+    out.slack_bound = baseline + r.bound_peak;
+    out.reserved = r.model.reserved();
+    out.reserved_peak = r.model.peak_reserved();
+    out.limit_refusals = r.model.limit_refusals();
+    out.requests = r.requests;
+    return out;
+  }
+
+  // Before a loop's next step: the build's sequence-dependent requests made again at the step's
+  // sizes (in the order they were made), then the previous ones freed.
+  void new_batch(Run& r) const {
+    std::vector<std::pair<std::uint64_t, CachingAllocatorModel::Handle>> old;
+    for (const auto& [key, index] : r.build_seq_requests) {
+      const auto it = r.live.find(key);
+      if (it == r.live.end()) continue;
+      const std::uint64_t n = (*r.sizes)[static_cast<std::size_t>(index)];
+      const auto h = r.model.malloc(n);
+      if (h == CachingAllocatorModel::oom_handle) throw ProgramOom{};
+      ++r.requests;
+      if (r.bound) {
+        r.charge(h, n);
+        r.note_bound();
+      }
+      old.emplace_back(key, it->second);
+      it->second = h;
+      if (r.track && r.model.allocated() > r.peak) {
+        r.peak = r.model.allocated();
+        r.peak_phase = ProgramPhase::forward;
+      }
+    }
+    for (const auto& [key, h] : old) {
+      if (r.bound) r.uncharge(h);
+      r.model.free(h);
+    }
+  }
+
+  // What step 2 left live, paired in key order with what it freed of earlier steps: each later
+  // step's leftovers take those keys, so step 2's tokens free them (as `Run::rename_step`; the
+  // sizes differ with the lengths, the keys' places in their units must not).
+  static std::vector<std::pair<std::uint64_t, std::uint64_t>> loop_renames(Run& r) {
+    std::vector<std::uint64_t> left;
+    for (const auto& [k, h] : r.live)
+      if (r.p.blocks_[(k >> 54) & 0xFF].step == 2) left.push_back(k);
+    std::sort(left.begin(), left.end());
+    std::vector<std::uint64_t> freed;
+    for (const auto& f : r.freed_before) freed.push_back(f.first);
+    std::sort(freed.begin(), freed.end());
+    const auto drop_key = [](std::uint64_t k) { return k & ~(0xFFULL << 54); };
+    if (left.size() != freed.size())
+      throw InvalidInput("program", "step 2 does not free what it leaves; it cannot run again");
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+    for (std::size_t i = 0; i < left.size(); ++i) {
+      if (drop_key(left[i]) != drop_key(freed[i]))
+        throw InvalidInput("program", "step 2 does not free what it leaves; it cannot run again");
+      out.emplace_back(left[i], freed[i]);
+    }
+    r.record_frees = false;
+    r.freed_before.clear();
+    return out;
+  }
+
   struct Term {
     std::uint32_t coef;
     Dim factors[4];
@@ -371,12 +568,12 @@ class StepProgram {
   struct ProgramOom {};  // a request did not fit under the limit
 
   struct Run {
-    Run(const StepProgram& program, std::uint64_t l, const std::vector<std::uint64_t>& s,
+    Run(const StepProgram& program, std::uint64_t l, const std::vector<std::uint64_t>* s,
         CachingAllocatorModel::AddressOrder order, std::uint64_t headroom)
         : p(program), L(l), sizes(s), model(order, headroom) {}
     const StepProgram& p;
     std::uint64_t L;
-    const std::vector<std::uint64_t>& sizes;
+    const std::vector<std::uint64_t>* sizes;  // the current step's (a loop of varied lengths switches them)
     CachingAllocatorModel model;
     std::unordered_map<std::uint64_t, CachingAllocatorModel::Handle> live;
     std::unordered_set<std::uint64_t> skipped;
@@ -387,6 +584,32 @@ class StepProgram {
     std::size_t requests = 0;
     bool record_frees = false;  // during step 2: keep what it frees of the build's and step 1's
     std::vector<std::pair<std::uint64_t, std::uint64_t>> freed_before;  // (key, requested bytes)
+    // A loop of varied lengths (`run_sized`): the build's live sequence-dependent requests (key,
+    // size index), made again before each step; with `bound`, the slack charges (`slack_bound`).
+    bool loop = false, bound = false, charging = false;
+    AllocConf conf;
+    std::vector<std::pair<std::uint64_t, std::int32_t>> build_seq_requests;
+    std::unordered_map<CachingAllocatorModel::Handle, std::uint64_t> charges;
+    std::uint64_t charged = 0;
+    Bytes bound_peak{};
+
+    void charge(CachingAllocatorModel::Handle h, std::uint64_t n) {
+      const std::uint64_t rounded = CachingAllocatorModel::round_size(n);
+      const std::uint64_t most = checked_add(rounded, max_block_slack(rounded, conf));
+      const std::uint64_t held = model.block_size(h);
+      if (held > most) throw InvalidInput("allocator", "a block holds more slack than c10's rules allow");
+      charges[h] = most - held;
+      charged += most - held;
+    }
+    void uncharge(CachingAllocatorModel::Handle h) {
+      const auto it = charges.find(h);
+      if (it == charges.end()) return;
+      charged -= it->second;
+      charges.erase(it);
+    }
+    void note_bound() {
+      if (track && model.allocated() + Bytes(charged) > bound_peak) bound_peak = model.allocated() + Bytes(charged);
+    }
 
     // Before step 2's blocks run again: what step 2 left live takes the keys of what step 2
     // freed of earlier steps (paired in key order, sizes equal), so the same tokens free it.
@@ -452,9 +675,9 @@ class StepProgram {
       std::int64_t k = 0;
       for (const Token& t : ts) {
         if (t.op == TokenOp::request) {
-          if (t.a[0] < 0 || static_cast<std::size_t>(t.a[0]) >= sizes.size())
+          if (t.a[0] < 0 || static_cast<std::size_t>(t.a[0]) >= sizes->size())
             throw InvalidInput("program", "size index out of range");
-          const std::uint64_t n = sizes[static_cast<std::size_t>(t.a[0])];
+          const std::uint64_t n = (*sizes)[static_cast<std::size_t>(t.a[0])];
           const auto key = unit_key(unit_type, b, part, c, k++);
           if (n == 0) {  // not requested at these dimensions; its free is skipped too
             skipped.insert(key);
@@ -464,6 +687,13 @@ class StepProgram {
           if (h == CachingAllocatorModel::oom_handle) throw ProgramOom{};
           ++requests;
           live[key] = h;
+          if (loop) {
+            const bool by_seq = p.seq_dependent_[static_cast<std::size_t>(t.a[0])];
+            if (by_seq && p.blocks_[static_cast<std::size_t>(b)].step == 0) build_seq_requests.emplace_back(key, t.a[0]);
+            charging = charging || by_seq;
+            if (bound && charging) charge(h, n);
+            if (bound) note_bound();
+          }
           if (track && model.allocated() > peak) {
             peak = model.allocated();
             peak_phase = phase;
@@ -477,6 +707,7 @@ class StepProgram {
           }
           if (record_frees && p.blocks_[(key >> 54) & 0xFF].step < 2)
             freed_before.emplace_back(key, model.requested_size(it->second));
+          if (bound) uncharge(it->second);
           model.free(it->second);
           live.erase(it);
         }
@@ -593,9 +824,18 @@ class StepProgram {
       }
     }
     if (at != f.size()) throw InvalidInput("program", "has trailing data");
+    for (const Size& z : sizes_) {
+      bool by_seq = z.kind == SizeKind::flash_lse || z.kind == SizeKind::flash_out;
+      for (const Term& t : z.terms)
+        for (int k = 0; k < t.count; ++k)
+          by_seq = by_seq || t.factors[k] == Dim::seq || t.factors[k] == Dim::seq_plus_one ||
+                   t.factors[k] == Dim::seq_padded_128;
+      seq_dependent_.push_back(by_seq);
+    }
   }
 
   std::vector<Size> sizes_;
+  std::vector<bool> seq_dependent_;  // per size: it changes with the sequence length
   std::vector<Block> blocks_;
 };
 
