@@ -420,7 +420,8 @@ struct VariedLengthsEstimate {
   std::optional<Loop> loop{};
   /// Under `RunContext::budget`: with lengths, the loop simulated under the limit at every
   /// placement; without, the fixed-shape verdict at `Step::seq` where `peak` is within the budget
-  /// (else does not fit). The lengths' order decides how segments fragment: give them to simulate it.
+  /// (else does not fit), which does not see the fragmentation the lengths' order leaves: a loop
+  /// can run out of memory where it says "fits". Give the lengths to simulate it.
   std::optional<BudgetVerdict> verdict{};
 };
 
