@@ -85,8 +85,10 @@ void replay_loop(const nlohmann::json& row, const std::string& where, LoopCounts
     CHECK_MESSAGE(e.verdict->fits == ok, where);
     ++counts.limited;
   }
-  fmt::print("  {} {:<60} {:>4}  bound {:>15} / measured {:>15} = {:.4f}  verdict {}\n", where,
-             row.at("case").get<std::string>(), outcome, e.peak.count(), peak, ratio,
+  // The loop simulated with its lengths (no bound: the placements' largest peak), for comparison.
+  const double simulated = e.loop ? static_cast<double>(e.loop->peak.count()) / static_cast<double>(peak) : 0.0;
+  fmt::print("  {} {:<60} {:>4}  bound {:>15} / measured {:>15} = {:.4f} (loop simulated: {:.4f})  verdict {}\n",
+             where, row.at("case").get<std::string>(), outcome, e.peak.count(), peak, ratio, simulated,
              e.verdict ? (e.verdict->fits ? "fits" : "oom") : "-");
   ++counts.loops;
 }
