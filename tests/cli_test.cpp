@@ -815,3 +815,41 @@ TEST_CASE("cli: --alloc-conf and --gpu refuse bad values, exit 2 naming the flag
   CHECK(r.err.find("--gpu: unknown card 'RTX 5090'; known: RTX-3050-Laptop-4GB, T4") != std::string::npos);
 }
 #endif  // VRAMFIT_HAS_CLI
+
+TEST_CASE("cli: predict --varied-lengths and --lengths") {
+  SUBCASE("predict.varied_lengths") {
+    matches(succeeds(0, on_small("predict", {"--seq", "1024", "--varied-lengths"})).out,
+            {"varied lengths up to 1024 in one process", "allocated peak at most [0-9.]+ GB over any lengths"});
+  }
+  SUBCASE("predict.varied_lengths.json") {
+    nlohmann::json j = json_object(succeeds(0, on_small("predict", {"--seq", "1024", "--varied-lengths", "--json"})));
+    const nlohmann::json& v = j["varied_lengths"];
+    CHECK(is_count(v["peak_bytes"]));
+    CHECK(v["peak_bytes"].get<std::uint64_t>() >= j["peak_bytes"].get<std::uint64_t>());
+    CHECK(v["method"] == "allocator simulation");
+    CHECK(v["lengths"].is_null());
+    CHECK(v["simulated"].is_null());
+  }
+  SUBCASE("predict.lengths.json") {
+    nlohmann::json j = json_object(
+        succeeds(0, on_small("predict", {"--seq", "1024", "--lengths", "512,1024,768", "--budget", "24GiB", "--json"})));
+    const nlohmann::json& v = j["varied_lengths"];
+    CHECK(v["lengths"] == nlohmann::json({512, 1024, 768}));
+    CHECK(is_count(v["simulated"]["peak_bytes"]));
+    CHECK(is_count(v["simulated"]["reserved_peak_bytes"]));
+    CHECK(v["simulated"]["peak_bytes"].get<std::uint64_t>() <= v["peak_bytes"].get<std::uint64_t>());
+    CHECK(v["fits"] == true);
+    CHECK(j["fits"] == true);
+  }
+  SUBCASE("predict.lengths.does_not_fit") {
+    matches(succeeds(3, on_small("predict", {"--seq", "1024", "--lengths", "512,1024", "--budget", "1GiB"})).out,
+            {"does not fit the budget of"});
+  }
+  SUBCASE("predict.lengths.bad") {
+    fails_naming("--lengths", on_small("predict", {"--seq", "1024", "--lengths", "2048"}));
+    fails_naming("--lengths", on_small("predict", {"--lengths", "0"}));
+    fails_naming("--lengths", on_small("predict", {"--lengths", "512,,1024"}));
+    fails_naming("--lengths", on_small("predict", {"--lengths", "x"}));
+    fails_naming("--varied-lengths", on_small("predict", {"--varied-lengths=yes"}));
+  }
+}

@@ -113,6 +113,12 @@ TEST_CASE("malformed programs are errors that name the program") {
   auto kind = flat;
   kind[43] = 99;  // the backward's token kind (block 2 starts at 36; its token at 43): refused when parsed
   CHECK(bad(kind) == "program");
+  auto step = flat;
+  step[13] = 3;  // the build's step: only 0 (the build) to 2
+  CHECK(bad(step) == "program");
+  auto order = flat;
+  order[49] = 0;  // the optimizer (block 3, from 48) back in the build, after step 1's blocks
+  CHECK(bad(order) == "program");
   auto orphan = flat;
   orphan[45] = 1;  // the backward frees layer j + 1's tensor: the top layer's has none
   const StepProgram q(orphan);

@@ -92,6 +92,14 @@ std::vector<std::uint64_t> parse_numbers(std::string_view flag, std::string_view
   return values;
 }
 
+}  // namespace
+
+std::vector<std::uint64_t> parse_number_list(std::string_view flag, std::string_view text) {
+  return parse_numbers(flag, text, true);
+}
+
+namespace {
+
 /// The canonical name of a built-in model, matched case-insensitively.
 std::string canonical_preset_name(std::string_view name) {
   (void)preset(name, "--model");  // throws, listing the built-in models

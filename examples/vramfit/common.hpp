@@ -115,6 +115,9 @@ CLI::Option* add_stack(CLI::App& app, BadValues& bad, Stack& stack);
 /// The library's own limits are checked when the step is validated.
 std::uint64_t parse_positive(std::string_view flag, std::string_view text);
 
+/// A comma-separated list of whole numbers of at least 1 (`parse_positive` each).
+std::vector<std::uint64_t> parse_number_list(std::string_view flag, std::string_view text);
+
 /// Which of the step flags a command takes.
 struct StepFlagSet {
   bool batch = true;   ///< --batch (max-batch searches it)

@@ -1,5 +1,6 @@
 // `vramfit predict`: one step's estimate, with the closed form's breakdown by term and phase, and
-// with --budget whether it fits (exit 3 when it does not).
+// with --budget whether it fits (exit 3 when it does not). With --varied-lengths or --lengths, a
+// loop of steps of varied lengths up to --seq in one process (dynamic padding).
 
 #include <fmt/format.h>
 
@@ -15,10 +16,25 @@ public:
                                  "predict the peak memory of one step, with its breakdown by term and phase",
                                  "0 success, 2 bad input, 3 with --budget: a step does not fit"),
                      bad, {}) {
+    add_switch(*app_, "--varied-lengths", varied_,
+               "a loop of steps of any lengths up to --seq in one process (dynamic padding): the allocated peak's "
+               "bound over every such loop");
+    add_value(*app_, bad, "--lengths", "N[,N...]",
+              "the loop's lengths in order, each 1 to --seq (implies --varied-lengths): that loop is simulated "
+              "too, and decides --budget",
+              [this](std::string_view v) { lengths_ = parse_number_list("--lengths", v); });
     add_switch(*app_, "--json", json_, "print one JSON object instead of text");
   }
 
-  int run(std::FILE* out, std::FILE*) const override {
+  void check() const override {
+    ModelCommand::check();
+    for (const std::uint64_t q : lengths_)
+      if (q > flags_.step.seq)
+        throw InvalidInput("--lengths", fmt::format("each length must be at most --seq ({}), got {}", flags_.step.seq, q));
+  }
+
+  int run(std::FILE* out, std::FILE* err) const override {
+    if (varied_ || !lengths_.empty()) return run_varied(out, err);
     const NamedModel model = flags_.resolve();
     const Step step = model.at(model.step.batch, model.step.seq);
     const Estimate e = estimate(model.shape, step, flags_.stack, flags_.context());
@@ -66,6 +82,62 @@ public:
       else
         fmt::print(out, "\ndoes not fit the budget of {}: requires {}, {} over\n", budget_text(*budget), e.required,
                    e.required - *budget);
+    }
+    return fits ? exit_success : exit_does_not_fit;
+  }
+
+private:
+  bool varied_ = false;
+  std::vector<std::uint64_t> lengths_;
+
+  int run_varied(std::FILE* out, std::FILE*) const {
+    const NamedModel model = flags_.resolve();
+    const Step step = model.at(model.step.batch, model.step.seq);
+    const VariedLengthsEstimate v =
+        estimate_varied_lengths(model.shape, step, VariedLengths{lengths_}, flags_.stack, flags_.context());
+    const std::optional<Bytes>& budget = flags_.budget;
+    const bool fits = !v.verdict || v.verdict->fits;
+    if (json_) {
+      nlohmann::json j = estimate_json(model, step, v.longest, budget);
+      nlohmann::json loop = {{"peak_bytes", v.peak.count()},
+                             {"method", to_string(v.method)},
+                             {"lengths", lengths_.empty() ? nlohmann::json(nullptr) : nlohmann::json(lengths_)},
+                             {"simulated", nullptr}};
+      if (v.loop)
+        loop["simulated"] = {{"peak_bytes", v.loop->peak.count()},
+                             {"phase", v.loop->phase},
+                             {"reserved_peak_bytes", v.loop->reserved_peak.count()}};
+      if (v.verdict) {
+        loop["fits"] = v.verdict->fits;
+        loop["reserved_peak_under_budget_bytes"] = v.verdict->reserved_peak.count();
+        j["fits"] = v.verdict->fits;
+      }
+      j["varied_lengths"] = loop;
+      fmt::print(out, "{}\n", j.dump(2));
+      return fits ? exit_success : exit_does_not_fit;
+    }
+    print_context(out, model, describe(step), step);
+    fmt::print(out, "basis:  {}\n", basis(v.longest));
+    fmt::print(out, "\nvaried lengths up to {} in one process (dynamic padding):\n", step.seq);
+    fmt::print(out, "allocated peak at most {} over any lengths ({}; the fixed shape at {}: {})\n", v.peak,
+               v.method == Method::allocator_simulation
+                   ? "every request at its largest size, every block charged the slack c10 may leave in it"
+                   : "the closed form's bound",
+               step.seq, v.longest.peak);
+    if (v.loop)
+      fmt::print(out, "the loop of {} lengths simulated: allocated peak {} in the {}, reserved {} (no budget)\n",
+                 lengths_.size(), v.loop->peak, v.loop->phase, v.loop->reserved_peak);
+    if (v.verdict) {
+      const std::string how = v.loop ? "the loop simulated under the budget at every segment placement"
+                                     : "the fixed shape at --seq simulated under the budget and the bound within it; "
+                                       "give --lengths to simulate the loop's fragmentation";
+      if (v.verdict->fits)
+        fmt::print(out, "fits the budget of {} ({})\n", budget_text(*budget), how);
+      else if (v.verdict->oom)
+        fmt::print(out, "does not fit the budget of {}: OUT OF MEMORY in step {}'s {} ({})\n", budget_text(*budget),
+                   v.verdict->oom->step, v.verdict->oom->phase, how);
+      else
+        fmt::print(out, "does not fit the budget of {} ({})\n", budget_text(*budget), how);
     }
     return fits ? exit_success : exit_does_not_fit;
   }

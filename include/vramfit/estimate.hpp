@@ -433,6 +433,83 @@ inline SearchResult max_seq(const ModelShape& model, Step step, Budget budget, S
   return detail::refine_search(model, step, budget, stack, &Step::seq, candidate, 1ULL << 24, context);
 }
 
+/// A training loop that runs steps of varied lengths up to `Step::seq` in one process (dynamic
+/// padding), at `Step::batch`.
+struct VariedLengths {
+  /// The steps' lengths in order, each 1 to `Step::seq`, when known (a data loader's first batches,
+  /// a recorded run): the loop is then simulated too. Empty: any lengths up to `Step::seq`.
+  std::vector<std::uint64_t> lengths{};
+};
+
+/// What `estimate_varied_lengths` answers.
+struct VariedLengthsEstimate {
+  /// Upper bound of the allocated peak of every such loop, any lengths up to `Step::seq` and any
+  /// number of steps (the closed form's peak where no program applies, itself a bound).
+  Bytes peak;
+  Method method = Method::closed_form;
+  Estimate longest;  ///< the fixed-shape estimate at `Step::seq` (its verdict under the budget)
+  /// The loop of `VariedLengths::lengths` simulated (no limit): allocated peak, where it falls, and
+  /// the most reserved. Absent without lengths or a program.
+  struct Loop {
+    Bytes peak;
+    std::string_view phase;
+    Bytes reserved_peak;
+  };
+  std::optional<Loop> loop{};
+  /// Under `RunContext::budget`: with lengths, the loop simulated under the limit at every
+  /// placement; without, the fixed-shape verdict at `Step::seq` where `peak` is within the budget
+  /// (else does not fit), which does not see the fragmentation the lengths' order leaves: a loop
+  /// can run out of memory where it says "fits". Give the lengths to simulate it.
+  std::optional<BudgetVerdict> verdict{};
+};
+
+/// Estimates a loop of varied lengths up to `step.seq` (validates as `estimate`; a length outside 1
+/// to `step.seq` is `InvalidInput` naming "lengths"). Where a program applies, `peak` runs the
+/// program with every request at its largest size over the lengths and every block made from the
+/// first length-dependent request on charged the most slack c10 lets a block hold
+/// (tests/validation/README.md#varied-lengths).
+inline VariedLengthsEstimate estimate_varied_lengths(const ModelShape& model, const Step& step,
+                                                     const VariedLengths& loop = {}, Stack stack = Stack::hf_peft,
+                                                     const RunContext& context = {}) {
+  if (loop.lengths.size() > (1u << 16)) throw InvalidInput("lengths", "at most 65536 steps");
+  for (const std::uint64_t q : loop.lengths)
+    if (q < 1 || q > step.seq)
+      throw InvalidInput("lengths", fmt::format("each must be 1 to seq ({}), got {}", step.seq, q));
+  VariedLengthsEstimate out;
+  out.longest = estimate(model, step, stack, context);
+  out.method = out.longest.method;
+  if (out.longest.method == Method::closed_form) {
+    // The closed form's peak bounds any process state, a loop's included (#closed-form-as-an-upper-bound).
+    out.peak = out.longest.closed_form.peak;
+    if (context.budget) out.verdict = detail::closed_form_verdict(out.longest.required, *context.budget);
+    return out;
+  }
+  detail::visit_stack(stack, [&](auto def) {
+    using Definition = decltype(def);
+    std::string_view why;
+    const auto* entry = detail::find_entry(Definition::programs(), model, step, why);
+    const detail::StepProgram& program = detail::parsed(Definition::programs(), *entry);
+    const Bytes held = Definition::held(model, step, context);
+    out.peak = max(detail::simulate_slack_bound(program, model, step, held, context.alloc_conf), out.longest.peak);
+    if (!loop.lengths.empty()) {
+      const detail::ProgramOps ops =
+          program.resolve_loop(detail::program_dims(model, step), loop.lengths, model.layers);
+      const std::size_t steps = loop.lengths.size();
+      const detail::LoopPeaks free_run = detail::simulate_loop(ops, steps, held, context.alloc_conf, std::nullopt);
+      out.loop = VariedLengthsEstimate::Loop{free_run.peak, free_run.phase, free_run.reserved_peak};
+      if (context.budget) {
+        const detail::LoopPeaks limited =
+            detail::simulate_loop(ops, steps, held, context.alloc_conf, context.budget->count());
+        out.verdict = detail::to_verdict(limited.verdict, *context.budget);
+      }
+    } else if (context.budget) {
+      out.verdict = out.longest.verdict;
+      if (out.peak > *context.budget) out.verdict->fits = false;
+    }
+  });
+  return out;
+}
+
 }  // namespace vramfit
 
 /// `fmt::print("{}", verdict)`: the reserved peak and whether the run fits the budget (where it ran

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <exception>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <system_error>
 #include <thread>
@@ -253,6 +254,67 @@ inline PlacementVerdict simulate_under_limit(const StepProgram& program, const M
                                              int steps = 3) {
   return simulate_under_limit(program.resolve(program_dims(m, s), m.layers), held, empty_cache_after_build, conf, limit,
                               steps);
+}
+
+/// A loop of varied lengths (`StepProgram::resolve_loop`) at every placement: the largest allocated
+/// peak and reserved figures, and under `limit` whether every placement ran every step (stopping at
+/// the first that did not). `held` bytes are requested before the build (`held_requests`).
+struct LoopPeaks {
+  Bytes peak;               ///< allocated, over the loop's steps
+  std::string_view phase;   ///< where `peak` falls
+  Bytes reserved_peak;      ///< the most reserved over the steps
+  PlacementVerdict verdict; ///< under `limit` (without one: fits, and no OOM)
+};
+inline LoopPeaks simulate_loop(const ProgramOps& ops, std::size_t steps, Bytes held, const AllocConf& conf,
+                               std::optional<std::uint64_t> limit) {
+  ProgramRunOptions options;
+  options.limit = limit;
+  options.conf = conf;
+  options.held_requests = held_requests(held);
+  options.steps = static_cast<int>(std::min<std::size_t>(steps, 1u << 30));
+  LoopPeaks out;
+  const auto fold = [&](const ProgramPeaks& p) {
+    if (out.phase.empty() || p.steady > out.peak) {
+      out.peak = p.steady;
+      out.phase = enum_name(p.steady_phase);
+    }
+    out.reserved_peak = max(out.reserved_peak, p.reserved_peak);
+    out.verdict.reserved_peak = out.reserved_peak;
+    out.verdict.pressed = out.verdict.pressed || p.limit_refusals > 0;
+    if (!p.oom) return true;
+    out.verdict.fits = false;
+    out.verdict.oom = p.oom;
+    out.verdict.oom_phase = enum_name(p.oom_phase);
+    out.verdict.oom_step = p.oom_step;
+    return false;
+  };
+  run_placements(ops, held, false, options, conf.expandable_segments, fold,
+                 [](const ProgramPeaks& p) { return p.oom.has_value(); });
+  return out;
+}
+inline LoopPeaks simulate_loop(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
+                               std::span<const std::uint64_t> lengths, const AllocConf& conf,
+                               std::optional<std::uint64_t> limit) {
+  return simulate_loop(program.resolve_loop(program_dims(m, s), lengths, m.layers), lengths.size(), held, conf, limit);
+}
+
+/// `StepProgram::run_slack_bound` at every placement: the largest bound (the placement decides the
+/// slack of the blocks made before the first sequence-dependent request, which is not charged).
+inline Bytes simulate_slack_bound(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
+                                  const AllocConf& conf) {
+  ProgramRunOptions options;
+  options.conf = conf;
+  options.held_requests = held_requests(held);
+  options.steps = 3;
+  Bytes out;
+  run_placements(program.resolve_slack_bound(program_dims(m, s), m.layers), held, false, options,
+                 conf.expandable_segments,
+                 [&](const ProgramPeaks& p) {
+                   out = max(out, p.slack_bound);
+                   return true;
+                 },
+                 [](const ProgramPeaks&) { return false; });
+  return out;
 }
 
 }  // namespace vramfit::detail

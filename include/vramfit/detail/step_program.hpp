@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <iterator>
 #include <optional>
 #include <span>
 #include <string>
@@ -204,6 +205,9 @@ struct ProgramPeaks {
   ProgramPhase steady_phase = ProgramPhase::build;
   std::size_t requests = 0;
   Bytes reserved_peak;          ///< the most reserved over the steps (the build's segments included)
+  /// `StepProgram::run_slack_bound`: the most allocated plus, on every live block made from the first
+  /// sequence-dependent request on, what c10's rules let that block hold beyond its request and did not.
+  Bytes slack_bound;
   /// Under a limit: the request that did not fit, and where (step 0: the build).
   std::optional<CachingAllocatorModel::OutOfMemory> oom;
   ProgramPhase oom_phase = ProgramPhase::build;
@@ -213,7 +217,8 @@ struct ProgramPeaks {
 
 /// How a program runs beyond the plain replay: the allocator's limit and settings, the requests
 /// the process made before the build (held through the run, so the limit sees them), and the
-/// steps (3 runs step 2's blocks once more, as the validation harness's three steps).
+/// steps (3 runs step 2's blocks once more, as the validation harness's three steps; a loop's ops,
+/// `StepProgram::resolve_loop`, hold as many as it has lengths).
 struct ProgramRunOptions {
   std::optional<std::uint64_t> limit;
   AllocConf conf;
@@ -296,10 +301,12 @@ class KeyMap {
 
 /// A program resolved for one model shape and step: its requests and frees in order, each free
 /// naming its request by a slot, so the runs under many placements look no keys up. Steps 1 to 3
-/// (3: step 2's blocks again); a run of fewer steps stops at the next step's mark. An error the
-/// program raises at these dimensions is kept where it arises and raised when a run reaches it.
+/// (3: step 2's blocks again), or a loop's steps (`StepProgram::resolve_loop`); a run of fewer
+/// steps stops at the next step's mark. An error the program raises at these dimensions is kept
+/// where it arises and raised when a run reaches it.
 struct ProgramOps {
-  enum class Code : std::uint8_t { request, free, phase, step, fail };
+  /// charged_request: a request whose block `StepProgram::run_slack_bound` charges the most slack.
+  enum class Code : std::uint8_t { request, charged_request, free, phase, step, fail };
   struct Op {
     Code code;
     std::uint32_t arg;    ///< request, free: the slot; phase: the `ProgramPhase`; step: the step begun
@@ -308,7 +315,20 @@ struct ProgramOps {
   std::vector<Op> ops;
   std::size_t slots = 0;
   std::exception_ptr error;  ///< raised at `Code::fail`
+  bool bound = false;        ///< a run notes `ProgramPeaks::slack_bound` (`resolve_slack_bound`)
 };
+
+/// The most bytes c10's rules let a live block of a `rounded` request hold beyond it, whatever the
+/// history of the pool (`should_split`, `get_free_block` in CUDACachingAllocator.cpp): none in the
+/// small pool (split whenever 512 B remain) or with expandable segments (the same rule in the large
+/// pool); 1 MiB for a large block under max_split_size (split only when more than kSmallSize
+/// remains); under kLargeBuffer for one at or above it (never split; get_free_block takes no
+/// cached block of its size plus kLargeBuffer or more, a new segment adds under 2 MiB).
+constexpr std::uint64_t max_block_slack(std::uint64_t rounded, const AllocConf& conf) {
+  if (rounded <= CachingAllocatorModel::kSmallSize || conf.expandable_segments) return 0;
+  if (!conf.max_split_size || rounded < *conf.max_split_size) return CachingAllocatorModel::kSmallSize;
+  return CachingAllocatorModel::kLargeBuffer - CachingAllocatorModel::kMinBlockSize;
+}
 
 class StepProgram {
  public:
@@ -338,68 +358,119 @@ class StepProgram {
   /// The program's requests and frees for these dimensions and layers (`ProgramOps`), to run under
   /// many placements.
   [[nodiscard]] ProgramOps resolve(const ProgramDims& dims, std::uint64_t layers) const {
-    if (layers == 0 || layers > (1u << 20)) throw InvalidInput("layers", "must be 1 to 1048576");
-    std::vector<std::uint64_t> sizes;
-    sizes.reserve(sizes_.size());
-    for (const auto& s : sizes_) sizes.push_back(evaluate(s, dims));
-    Resolver r(*this, layers, sizes);
-    r.out.ops.reserve(op_bound(layers));
-    r.slot_bytes.reserve(r.out.ops.capacity() / 2);
-    int step = 0;
-    try {
-      for (std::size_t b = 0; b < blocks_.size(); ++b) {
-        const Block& blk = blocks_[b];
-        if (blk.step != step) {
-          step = blk.step;
-          r.emit(ProgramOps::Code::step, static_cast<std::uint32_t>(step));
-          r.record_frees = step == 2;
-        }
-        r.emit(ProgramOps::Code::phase, static_cast<std::uint32_t>(blk.phase));
-        r.block(b);
-      }
-      // Step 3: step 2's blocks again; what step 2 left live (its loss, ...) is freed by the same
-      // tokens as step 1's was.
-      if (step == 2) {
-        r.emit(ProgramOps::Code::step, 3);
-        r.rename_step();
-        for (std::size_t b = 0; b < blocks_.size(); ++b) {
-          if (blocks_[b].step != 2) continue;
-          r.emit(ProgramOps::Code::phase, static_cast<std::uint32_t>(blocks_[b].phase));
-          r.block(b);
-        }
-      }
-    } catch (const InvalidInput&) {
-      r.out.error = std::current_exception();
-      r.emit(ProgramOps::Code::fail, 0);
-    }
-    r.out.slots = r.slot_bytes.size();
-    return std::move(r.out);
+    const std::vector<std::uint64_t> sizes = sizes_at(dims);
+    const std::vector<const std::vector<std::uint64_t>*> steps(3, &sizes);
+    return resolve_steps(steps, layers, StepsKind::fixed);
   }
 
-  /// Runs resolved `ops` (`resolve`) as the overload above runs the program.
+  /// A loop of varied lengths (dynamic padding) in one process, resolved: the build and step 1 at
+  /// `seqs[0]` (`dims.seq` is ignored), then step 2's blocks once for each further length. Before
+  /// every step after the first, the build's requests that depend on the sequence (the batch: input
+  /// ids and labels) are made again at the step's length while the previous ones are held, then
+  /// those are freed, as `batch = next(it)` in a loop body does. The ops grow with the steps
+  /// (step 2's each: some 6,000 ops, 100 KB, for a 24-layer LoRA step).
+  [[nodiscard]] ProgramOps resolve_loop(const ProgramDims& dims, std::span<const std::uint64_t> seqs,
+                                        std::uint64_t layers) const {
+    if (seqs.empty()) throw InvalidInput("lengths", "a loop needs at least one length");
+    std::vector<std::pair<std::uint64_t, std::vector<std::uint64_t>>> at;  // sizes by length, once each
+    at.reserve(seqs.size());  // never reallocated: `steps` points into it
+    std::vector<const std::vector<std::uint64_t>*> steps;
+    steps.reserve(seqs.size());
+    for (const std::uint64_t q : seqs) {
+      auto it = std::find_if(at.begin(), at.end(), [&](const auto& e) { return e.first == q; });
+      if (it == at.end()) {
+        ProgramDims d = dims;
+        d.seq = q;
+        at.emplace_back(q, sizes_at(d));
+        it = std::prev(at.end());
+      }
+      steps.push_back(&it->second);
+    }
+    return resolve_steps(steps, layers, StepsKind::loop);
+  }
+
+  /// `run_slack_bound`'s loop resolved: three steps with every request at its largest size over
+  /// lengths 1 to `dims.seq` (`longest_sizes`), its requests from the first sequence-dependent one
+  /// on charged (`ProgramOps::Code::charged_request`).
+  [[nodiscard]] ProgramOps resolve_slack_bound(const ProgramDims& dims, std::uint64_t layers) const {
+    const std::vector<std::uint64_t> longest = longest_sizes(dims);
+    const std::vector<const std::vector<std::uint64_t>*> steps(3, &longest);
+    return resolve_steps(steps, layers, StepsKind::slack_bound);
+  }
+
+  /// Runs the loop of `resolve_loop` (every step; `options.steps` is not read). `first` is step
+  /// 1's peak, `steady` the loop's.
+  [[nodiscard]] ProgramPeaks run_loop(const ProgramDims& dims, std::span<const std::uint64_t> seqs,
+                                      std::uint64_t layers, Bytes baseline, const ProgramRunOptions& options,
+                                      CachingAllocatorModel::AddressOrder order, std::uint64_t headroom) const {
+    ProgramRunOptions all = options;
+    all.steps = static_cast<int>(std::min<std::size_t>(seqs.size(), 1u << 30));
+    return run(resolve_loop(dims, seqs, layers), baseline, false, all, order, headroom);
+  }
+
+  /// An upper bound of the allocated peak of every loop of lengths up to `dims.seq` (at
+  /// `dims.batch`), any number of steps (`ProgramPeaks::slack_bound`): three steps of the loop where
+  /// every request takes its largest size over lengths 1 to `dims.seq` (`longest_sizes`), each live
+  /// block from the first sequence-dependent request on charged the most slack c10's rules allow
+  /// (`max_block_slack`). Why it bounds: tests/validation/README.md#varied-lengths
+  [[nodiscard]] ProgramPeaks run_slack_bound(const ProgramDims& dims, std::uint64_t layers, Bytes baseline,
+                                             const ProgramRunOptions& options, CachingAllocatorModel::AddressOrder order,
+                                             std::uint64_t headroom) const {
+    ProgramRunOptions all = options;
+    all.steps = 3;
+    return run(resolve_slack_bound(dims, layers), baseline, false, all, order, headroom);
+  }
+
+  /// Each size's largest value over sequence lengths 1 to `dims.seq` at the other dimensions of
+  /// `dims`: a sum of products with positive coefficients grows with the length, so its value at
+  /// `dims.seq`; the sizes computed by launch rules (`SizeKind`) by trying every length.
+  [[nodiscard]] std::vector<std::uint64_t> longest_sizes(const ProgramDims& dims) const {
+    std::vector<std::uint64_t> out;
+    out.reserve(sizes_.size());
+    for (const auto& z : sizes_) {
+      if (z.kind == SizeKind::products) {
+        out.push_back(evaluate(z, dims));
+        continue;
+      }
+      std::uint64_t most = 0;
+      ProgramDims d = dims;
+      for (d.seq = 1; d.seq <= dims.seq; ++d.seq) most = std::max(most, evaluate(z, d));
+      out.push_back(most);
+    }
+    return out;
+  }
+
+  /// Runs resolved `ops` (`resolve`, `resolve_loop`, `resolve_slack_bound`) as the overload above
+  /// runs the program: up to `options.steps` steps (any number for a loop's ops).
   [[nodiscard]] static ProgramPeaks run(const ProgramOps& ops, Bytes baseline, bool empty_cache_after_build,
                                         const ProgramRunOptions& options, CachingAllocatorModel::AddressOrder order,
                                         std::uint64_t headroom) {
-    if (options.steps < 1 || options.steps > 3) throw InvalidInput("steps", "must be 1 to 3");
-    // Each thread's model and handles, kept from run to run for their storage.
+    if (options.steps < 1) throw InvalidInput("steps", "must be at least 1");
+    // Each thread's model, handles and slack charges, kept from run to run for their storage.
     thread_local CachingAllocatorModel model;
     thread_local std::vector<CachingAllocatorModel::Handle> handles;
+    thread_local std::vector<std::uint64_t> charges;  // by slot (ops.bound): the slack charged
     model.reset(order, headroom);
     if (options.limit || options.conf != AllocConf{}) model.configure(options.limit, options.conf);
     if (!options.held_requests.empty()) baseline = Bytes{};
     handles.assign(ops.slots, CachingAllocatorModel::null_handle);
+    if (ops.bound) charges.assign(ops.slots, 0);
     ProgramPeaks out;
     ProgramPhase phase = ProgramPhase::build, peak_phase = ProgramPhase::build;
-    std::uint64_t peak = 0;
+    std::uint64_t peak = 0, charged = 0, bound_peak = 0;
     bool track = false;
     std::size_t requests = 0;
     int step = 0;
+    const auto note_bound = [&] {
+      if (track) bound_peak = std::max(bound_peak, checked_add(model.allocated().count(), charged));
+    };
     const auto end_step = [&](int ended) {
       if (ended == 0) {
         if (empty_cache_after_build) model.empty_cache();
         out.after_build = baseline + model.allocated();
         model.reset_peaks();
         track = true;
+        if (ops.bound) note_bound();
       } else if (ended == 1) {
         out.first = baseline + Bytes(peak);
         out.first_phase = peak_phase;
@@ -419,7 +490,8 @@ class StepProgram {
       }
     for (const ProgramOps::Op* op = ops.ops.data(), *end = op + ops.ops.size(); op != end && !stopped; ++op) {
       switch (op->code) {
-        case ProgramOps::Code::request: {
+        case ProgramOps::Code::request:
+        case ProgramOps::Code::charged_request: {
           const auto h = model.malloc(op->bytes);
           if (h == CachingAllocatorModel::oom_handle) {
             oom();
@@ -428,13 +500,30 @@ class StepProgram {
           }
           ++requests;
           handles[op->arg] = h;
+          if (ops.bound) {
+            if (op->code == ProgramOps::Code::charged_request) {
+              const std::uint64_t rounded = CachingAllocatorModel::round_size(op->bytes);
+              const std::uint64_t most = checked_add(rounded, max_block_slack(rounded, options.conf));
+              const std::uint64_t held = model.block_size(h);
+              if (held > most) throw InvalidInput("allocator", "a block holds more slack than c10's rules allow");
+              charges[op->arg] = most - held;
+              charged += most - held;
+            }
+            note_bound();
+          }
           if (track && model.allocated().count() > peak) {
             peak = model.allocated().count();
             peak_phase = phase;
           }
           break;
         }
-        case ProgramOps::Code::free: model.free(handles[op->arg]); break;
+        case ProgramOps::Code::free:
+          if (ops.bound) {
+            charged -= charges[op->arg];
+            charges[op->arg] = 0;
+          }
+          model.free(handles[op->arg]);
+          break;
         case ProgramOps::Code::phase: phase = static_cast<ProgramPhase>(op->arg); break;
         case ProgramOps::Code::step: {
           const int next = static_cast<int>(op->arg);
@@ -442,7 +531,7 @@ class StepProgram {
             stopped = true;
             break;
           }
-          if (next != 3) end_step(step);  // step 3 repeats step 2: nothing ends there
+          if (next <= 2) end_step(step);  // steps 3 on repeat step 2: nothing ends there
           step = next;
           break;
         }
@@ -456,12 +545,69 @@ class StepProgram {
     out.reserved_peak = model.peak_reserved();
     out.limit_refusals = model.limit_refusals();
     out.requests = requests;
+    out.slack_bound = baseline + Bytes(bound_peak);
     return out;
   }
 
  private:
-  // At most the ops `resolve` emits for `layers` layers (step 2's blocks counted twice).
-  std::size_t op_bound(std::uint64_t layers) const {
+  // How `resolve_steps` runs its steps: the fixed shape's three; a loop's (`resolve_loop`); the
+  // slack bound's loop (`resolve_slack_bound`).
+  enum class StepsKind { fixed, loop, slack_bound };
+
+  std::vector<std::uint64_t> sizes_at(const ProgramDims& dims) const {
+    std::vector<std::uint64_t> sizes;
+    sizes.reserve(sizes_.size());
+    for (const auto& s : sizes_) sizes.push_back(evaluate(s, dims));
+    return sizes;
+  }
+
+  // The build, then step k at sizes `steps[k - 1]` (the build at step 1's): step 1's blocks, then
+  // step 2's for each further step. A fixed shape's steps with no blocks are left out; a loop makes
+  // its batch again before each step after the first and runs every step (`resolve_loop`).
+  ProgramOps resolve_steps(std::span<const std::vector<std::uint64_t>* const> steps, std::uint64_t layers,
+                           StepsKind kind) const {
+    if (layers == 0 || layers > (1u << 20)) throw InvalidInput("layers", "must be 1 to 1048576");
+    const bool loop = kind != StepsKind::fixed;
+    Resolver r(*this, layers, steps.front());
+    r.loop = loop;
+    r.bound = kind == StepsKind::slack_bound;
+    r.out.bound = r.bound;
+    r.out.ops.reserve(op_bound(layers, steps.size() - 1));
+    r.slot_bytes.reserve(r.out.ops.capacity() / 2);
+    const auto has_blocks = [&](int step) {
+      return std::any_of(blocks_.begin(), blocks_.end(), [&](const Block& b) { return b.step == step; });
+    };
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> renames;  // step 2's leftovers -> the keys step 2 frees
+    try {
+      for (std::size_t k = 0; k <= steps.size(); ++k) {
+        const int step = static_cast<int>(std::min<std::size_t>(k, 2));
+        if (k > 0) {
+          if (!loop && !has_blocks(step)) continue;
+          r.sizes = steps[k - 1];
+          r.emit(ProgramOps::Code::step, static_cast<std::uint32_t>(k));
+          if (loop && k >= 2) r.new_batch();
+        }
+        // Steps 3 on: what step 2 left live (its loss, ...) is freed by the same tokens as step 1's was.
+        if (k == 3) renames = r.step_renames(!loop);
+        if (k >= 3) r.rename(renames);
+        r.record_frees = k == 2;
+        for (std::size_t b = 0; b < blocks_.size(); ++b) {
+          if (blocks_[b].step != step) continue;
+          r.emit(ProgramOps::Code::phase, static_cast<std::uint32_t>(blocks_[b].phase));
+          r.block(b);
+        }
+      }
+    } catch (const InvalidInput&) {
+      r.out.error = std::current_exception();
+      r.emit(ProgramOps::Code::fail, 0);
+    }
+    r.out.slots = r.slot_bytes.size();
+    return std::move(r.out);
+  }
+
+  // At most the ops `resolve_steps` emits for `layers` layers (step 2's blocks counted `repeats`
+  // times; a loop's batches not counted).
+  std::size_t op_bound(std::uint64_t layers, std::size_t repeats) const {
     std::size_t n = 2;
     for (const Block& b : blocks_) {
       std::size_t k = 2;
@@ -475,7 +621,7 @@ class StepProgram {
         for (const auto& t : b.hi_special) most = std::max(most, t.size());
         k += most * layers;
       }
-      n += b.step == 2 ? 2 * k : k;
+      n += b.step == 2 ? std::min<std::size_t>(repeats, std::size_t{1} << 20) * k : k;
     }
     return std::min<std::size_t>(n, std::size_t{1} << 26);
   }
@@ -547,11 +693,11 @@ class StepProgram {
 
   // Resolves the tokens to requests and frees of slots (`ProgramOps`), as a run would meet them.
   struct Resolver {
-    Resolver(const StepProgram& program, std::uint64_t l, const std::vector<std::uint64_t>& s)
+    Resolver(const StepProgram& program, std::uint64_t l, const std::vector<std::uint64_t>* s)
         : p(program), L(l), sizes(s) {}
     const StepProgram& p;
     std::uint64_t L;
-    const std::vector<std::uint64_t>& sizes;
+    const std::vector<std::uint64_t>* sizes;  // the current step's (a loop of varied lengths switches them)
     ProgramOps out;
     std::vector<std::uint64_t> slot_bytes;  // each request's bytes, by slot
     KeyMap<std::uint32_t> live;  // key -> slot
@@ -559,14 +705,27 @@ class StepProgram {
     KeyMap<std::int64_t> counts;  // (block, part) -> repeats
     bool record_frees = false;  // during step 2: keep what it frees of the build's and step 1's
     std::vector<std::pair<std::uint64_t, std::uint64_t>> freed_before;  // (key, requested bytes)
+    // A loop (`resolve_loop`): the build's live sequence-dependent requests (key, size index), made
+    // again before each step; with `bound`, requests from the first sequence-dependent one on are
+    // charged (`resolve_slack_bound`).
+    bool loop = false, bound = false, charging = false;
+    std::vector<std::pair<std::uint64_t, std::int32_t>> build_seq_requests;
 
     void emit(ProgramOps::Code code, std::uint32_t arg, std::uint64_t bytes = 0) {
       out.ops.push_back(ProgramOps::Op{code, arg, bytes});
     }
+    std::uint32_t request(std::uint64_t key, std::uint64_t n, bool charged) {
+      const auto slot = static_cast<std::uint32_t>(slot_bytes.size());
+      slot_bytes.push_back(n);
+      live.set(key, slot);
+      emit(charged ? ProgramOps::Code::charged_request : ProgramOps::Code::request, slot, n);
+      return slot;
+    }
 
-    // Before step 2's blocks run again: what step 2 left live takes the keys of what step 2
-    // freed of earlier steps (paired in key order, sizes equal), so the same tokens free it.
-    void rename_step() {
+    // Before step 2's blocks run again: what step 2 left live, paired in key order with what step 2
+    // freed of earlier steps (with `same_sizes`, of equal sizes; a loop's differ with the lengths),
+    // to take their keys (`rename`) so the same tokens free it.
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> step_renames(bool same_sizes) {
       std::vector<std::pair<std::uint64_t, std::uint64_t>> left;
       live.for_each([&](std::uint64_t k, std::uint32_t slot) {
         if (p.blocks_[(k >> 54) & 0xFF].step == 2) left.emplace_back(k, slot_bytes[slot]);
@@ -576,15 +735,38 @@ class StepProgram {
       const auto drop_key = [](std::uint64_t k) { return k & ~(0xFFULL << 54); };
       if (left.size() != freed_before.size())
         throw InvalidInput("program", "step 2 does not free what it leaves; it cannot run again");
-      std::vector<std::pair<std::uint64_t, std::uint32_t>> moved;
+      std::vector<std::pair<std::uint64_t, std::uint64_t>> pairs;
       for (std::size_t i = 0; i < left.size(); ++i) {
-        if (left[i].second != freed_before[i].second || drop_key(left[i].first) != drop_key(freed_before[i].first))
+        if ((same_sizes && left[i].second != freed_before[i].second) ||
+            drop_key(left[i].first) != drop_key(freed_before[i].first))
           throw InvalidInput("program", "step 2 does not free what it leaves; it cannot run again");
-        moved.emplace_back(freed_before[i].first, *live.find(left[i].first));
-        live.erase(left[i].first);
+        pairs.emplace_back(left[i].first, freed_before[i].first);
       }
-      for (const auto& [k, slot] : moved) live.set(k, slot);
       freed_before.clear();
+      return pairs;
+    }
+    void rename(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& renames) {
+      for (const auto& [from, to] : renames) {
+        const std::uint32_t* slot = live.find(from);
+        if (slot == nullptr) throw InvalidInput("program", "step 2 does not leave what it left before");
+        const std::uint32_t s = *slot;
+        live.erase(from);
+        live.set(to, s);
+      }
+    }
+
+    // Before a loop's next step: the build's sequence-dependent requests made again at the step's
+    // sizes (in the order they were made) while the previous ones are held, then those freed.
+    void new_batch() {
+      emit(ProgramOps::Code::phase, static_cast<std::uint32_t>(ProgramPhase::forward));
+      std::vector<std::uint32_t> old;
+      for (const auto& [key, index] : build_seq_requests) {
+        std::uint32_t* slot = live.find(key);
+        if (slot == nullptr) continue;
+        old.push_back(*slot);
+        request(key, (*sizes)[static_cast<std::size_t>(index)], bound);
+      }
+      for (const std::uint32_t slot : old) emit(ProgramOps::Code::free, slot);
     }
 
     static std::uint64_t count_key(std::int64_t b, std::int64_t part) { return idx(b) * 256 + idx(part); }
@@ -629,18 +811,20 @@ class StepProgram {
       std::int64_t k = 0;
       for (const Token& t : ts) {
         if (t.op == TokenOp::request) {
-          if (t.a[0] < 0 || static_cast<std::size_t>(t.a[0]) >= sizes.size())
+          if (t.a[0] < 0 || static_cast<std::size_t>(t.a[0]) >= sizes->size())
             throw InvalidInput("program", "size index out of range");
-          const std::uint64_t n = sizes[static_cast<std::size_t>(t.a[0])];
+          const std::uint64_t n = (*sizes)[static_cast<std::size_t>(t.a[0])];
           const auto key = unit_key(unit_type, b, part, c, k++);
           if (n == 0) {  // not requested at these dimensions; its free is skipped too
             skipped.set(key, true);
             continue;
           }
-          const auto slot = static_cast<std::uint32_t>(slot_bytes.size());
-          slot_bytes.push_back(n);
-          live.set(key, slot);
-          emit(ProgramOps::Code::request, slot, n);
+          if (loop) {
+            const bool by_seq = p.seq_dependent_[static_cast<std::size_t>(t.a[0])];
+            if (by_seq && p.blocks_[static_cast<std::size_t>(b)].step == 0) build_seq_requests.emplace_back(key, t.a[0]);
+            charging = charging || by_seq;
+          }
+          request(key, n, bound && charging);
         } else {
           const auto key = resolve(t, b, part, c, unit_type);
           const std::uint32_t* slot = live.find(key);
@@ -746,6 +930,8 @@ class StepProgram {
     for (auto& b : blocks_) {
       b.kind = program_enum<BlockKind>(next(), 2, "a block kind");
       b.step = next();
+      if (b.step < 0 || b.step > 2 || (&b != blocks_.data() && b.step < (&b - 1)->step))
+        throw InvalidInput("program", "a block's step must be 0 to 2, in order");
       b.phase = program_enum<ProgramPhase>(next(), static_cast<std::int32_t>(EnumNames<ProgramPhase>::names.size()),
                                            "a block phase");
       if (b.kind == BlockKind::sequence) {
@@ -766,9 +952,18 @@ class StepProgram {
       }
     }
     if (at != f.size()) throw InvalidInput("program", "has trailing data");
+    for (const Size& z : sizes_) {
+      bool by_seq = z.kind == SizeKind::flash_lse || z.kind == SizeKind::flash_out;
+      for (const Term& t : z.terms)
+        for (int k = 0; k < t.count; ++k)
+          by_seq = by_seq || t.factors[k] == Dim::seq || t.factors[k] == Dim::seq_plus_one ||
+                   t.factors[k] == Dim::seq_padded_128;
+      seq_dependent_.push_back(by_seq);
+    }
   }
 
   std::vector<Size> sizes_;
+  std::vector<bool> seq_dependent_;  // per size: it changes with the sequence length
   std::vector<Block> blocks_;
 };
 
