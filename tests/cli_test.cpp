@@ -850,6 +850,9 @@ TEST_CASE("cli: predict --varied-lengths and --lengths") {
     fails_naming("--lengths", on_small("predict", {"--lengths", "0"}));
     fails_naming("--lengths", on_small("predict", {"--lengths", "512,,1024"}));
     fails_naming("--lengths", on_small("predict", {"--lengths", "x"}));
+    std::string too_many = "1";  // VariedLengths::max_steps + 1 lengths
+    for (std::size_t i = 0; i < vramfit::VariedLengths::max_steps; ++i) too_many += ",1";
+    fails_naming("--lengths", on_small("predict", {"--seq", "1024", "--lengths", too_many}));
     fails_naming("--varied-lengths", on_small("predict", {"--varied-lengths=yes"}));
   }
 }

@@ -169,7 +169,8 @@ TEST_CASE("varied lengths: a budget decides by the simulated loop; bad lengths n
   REQUIRE(any.verdict.has_value());
   CHECK_FALSE(any.verdict->fits);
 
-  for (const std::vector<std::uint64_t>& bad : {std::vector<std::uint64_t>{0}, std::vector<std::uint64_t>{1025}}) {
+  const std::vector<std::uint64_t> too_many(VariedLengths::max_steps + 1, 512);
+  for (const std::vector<std::uint64_t>& bad : {std::vector<std::uint64_t>{0}, std::vector<std::uint64_t>{1025}, too_many}) {
     CHECK_THROWS_WITH_AS(estimate_varied_lengths(m, s, {bad}), doctest::Contains("lengths"), InvalidInput);
   }
 }

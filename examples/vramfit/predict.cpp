@@ -20,14 +20,19 @@ public:
                "a loop of steps of any lengths up to --seq in one process (dynamic padding): the allocated peak's "
                "bound over every such loop");
     add_value(*app_, bad, "--lengths", "N[,N...]",
-              "the loop's lengths in order, each 1 to --seq (implies --varied-lengths): that loop is simulated "
-              "too, and decides --budget",
+              fmt::format("the loop's lengths in order, at most {}, each 1 to --seq (implies --varied-lengths): "
+                          "that loop is simulated too, and decides --budget",
+                          VariedLengths::max_steps),
               [this](std::string_view v) { lengths_ = parse_number_list("--lengths", v); });
     add_switch(*app_, "--json", json_, "print one JSON object instead of text");
   }
 
   void check() const override {
     ModelCommand::check();
+    if (lengths_.size() > VariedLengths::max_steps)
+      throw InvalidInput("--lengths", fmt::format("at most {} lengths are simulated, got {}; --varied-lengths alone "
+                                                  "bounds a loop of any length",
+                                                  VariedLengths::max_steps, lengths_.size()));
     for (const std::uint64_t q : lengths_)
       if (q > flags_.step.seq)
         throw InvalidInput("--lengths", fmt::format("each length must be at most --seq ({}), got {}", flags_.step.seq, q));

@@ -439,6 +439,10 @@ struct VariedLengths {
   /// The steps' lengths in order, each 1 to `Step::seq`, when known (a data loader's first batches,
   /// a recorded run): the loop is then simulated too. Empty: any lengths up to `Step::seq`.
   std::vector<std::uint64_t> lengths{};
+  /// The most lengths simulated: every step's requests are resolved and held for the run (some
+  /// 6,000 ops, ~100 KB, a step at 24 layers) and run at every placement, so the time and memory grow
+  /// with the steps (32 steps: ~0.4 s at 24 layers); the bound covers longer loops.
+  static constexpr std::size_t max_steps = 32;
 };
 
 /// What `estimate_varied_lengths` answers.
@@ -471,7 +475,10 @@ struct VariedLengthsEstimate {
 inline VariedLengthsEstimate estimate_varied_lengths(const ModelShape& model, const Step& step,
                                                      const VariedLengths& loop = {}, Stack stack = Stack::hf_peft,
                                                      const RunContext& context = {}) {
-  if (loop.lengths.size() > (1u << 16)) throw InvalidInput("lengths", "at most 65536 steps");
+  if (loop.lengths.size() > VariedLengths::max_steps)
+    throw InvalidInput("lengths", fmt::format("at most {} steps are simulated, got {}; without lengths the bound "
+                                              "covers a loop of any length",
+                                              VariedLengths::max_steps, loop.lengths.size()));
   for (const std::uint64_t q : loop.lengths)
     if (q < 1 || q > step.seq)
       throw InvalidInput("lengths", fmt::format("each must be 1 to seq ({}), got {}", step.seq, q));
