@@ -305,6 +305,15 @@ inline bool Estimate::fits(Budget b) const {
   return verdict_under(b).fits;
 }
 
+/// Whether `step` runs under `budget`, and the figures of that decision: the simulation under the
+/// limit where a program applies, else the closed form's `required` within it. `estimate` with a
+/// budget gives the same verdict and also simulates the peaks; a fit check needs only this.
+inline BudgetVerdict fit_verdict(const ModelShape& model, const Step& step, Budget budget,
+                                 Stack stack = Stack::hf_peft, RunContext context = {}) {
+  context.budget = budget.usable;
+  return *detail::estimate_run(model, step, stack, context, false).verdict;
+}
+
 /// The answer of a search for the largest batch or sequence length that fits a budget.
 struct SearchResult {
   std::uint64_t value = 0;  ///< the largest value that fits; 0 when not even 1 does

@@ -1,7 +1,8 @@
 // Catch2 benchmarks of the exact path: estimate (hf-peft) and estimate (libtorch) replay every allocator
 // request of a build and two steps through the allocator model, once per segment placement; with a
-// budget, `estimate` also decides whether the run fits (`fits`), and `max_batch` / `max_seq` search
-// by that verdict. Targets (issue 13): fits under 20 ms, max_batch under 100 ms for a 24-layer
+// budget, `estimate` also decides whether the run fits; `fit_verdict` decides alone (no peaks), and
+// `max_batch` / `max_seq` search by that verdict. Targets (issue 13): a fit decision under 20 ms,
+// max_batch under 100 ms for a 24-layer
 // model on a 2-core machine. Its own file, so the recorded programs' header does not sit in the
 // closed form's translation unit.
 #include <catch2/catch.hpp>
@@ -40,7 +41,8 @@ TEST_CASE("estimate (hf-peft)", "[simulate]") {
 }
 
 TEST_CASE("fits (hf-peft 24 layers)", "[simulate]") {
-  // `fits`: the estimate under a budget, its verdict simulated at every placement.
+  // `fits`: the estimate under a budget (its peaks and its verdict simulated at every placement),
+  // and `fit_verdict`: the verdict alone.
   const vramfit::ModelShape qwen = *vramfit::find_preset("Qwen2.5-0.5B");
   const vramfit::Step lora{.batch = 1, .seq = 4096, .lora = {.rank = 8, .targets = vramfit::TargetSet::attention()}};
   vramfit::Step full = lora;
@@ -57,6 +59,12 @@ TEST_CASE("fits (hf-peft 24 layers)", "[simulate]") {
   };
   BENCHMARK("fits: Qwen2.5-0.5B full seq 2048, 4 GiB (out of memory)") {
     return vramfit::estimate(qwen, full, vramfit::Stack::hf_peft, with_budget(4 * GiB)).verdict->fits;
+  };
+  const vramfit::Budget b24(vramfit::Bytes(24 * GiB)), b4(vramfit::Bytes(4 * GiB));
+  BENCHMARK("fit_verdict: Qwen2.5-0.5B LoRA q,k,v,o seq 4096, 24 GiB") { return vramfit::fit_verdict(qwen, lora, b24).fits; };
+  BENCHMARK("fit_verdict: Qwen2.5-0.5B full seq 2048, 24 GiB") { return vramfit::fit_verdict(qwen, full, b24).fits; };
+  BENCHMARK("fit_verdict: Qwen2.5-0.5B full seq 2048, 4 GiB (out of memory)") {
+    return vramfit::fit_verdict(qwen, full, b4).fits;
   };
 }
 
