@@ -5,10 +5,12 @@
 // printed. Why the figures agree: tests/validation/README.md#fit-decisions-under-a-budget
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -27,10 +29,29 @@ struct TrialFile {
   const char* name;
   Stack stack;
 };
-// Each file of measured trials and its stack; the libtorch trials (`vramfit probe --budget`) join here.
+// Each file of measured trials and its stack (libtorch: `vramfit probe --budget`). The libtorch
+// trials ran on an H100 with trials side by side; the rerun file repeats, with fewer side by side,
+// those that ran out of the card's memory rather than the budget (`device_oom` below).
 constexpr TrialFile trial_files[] = {
     {"trials_13.jsonl", Stack::hf_peft},
+    {"trials_13c.jsonl", Stack::hf_peft},
+    {"trials_13_libtorch.jsonl", Stack::libtorch},
+    {"trials_13_libtorch_rerun.jsonl", Stack::libtorch},
 };
+
+// Simulated verdicts that a measured trial contradicts, each on the safe side (the simulation says
+// it does not fit; it ran): listed so that a new disagreement fails and a fixed one is noticed.
+// libtorch Llama-3.2-1B full, checkpointing, 8 x 2048 at 24 GiB: allocated exact, but with no limit
+// the simulated reserved peak is 0.30 to 0.57 GB above the measured one at every placement (+192 and
+// +224 MiB at batches 6 and 7, the default setting only); the rule behind it is not found yet.
+constexpr std::string_view known_disagreements[] = {"trials_13_libtorch_rerun.jsonl:10"};
+
+// An OOM the budget did not decide: the card itself ran out (other trials held its memory; the
+// harness's `oom_cause` from PyTorch's message: the free memory it reports was below the request).
+// It says nothing of the budget, so it is not replayed.
+bool device_oom(const nlohmann::json& row) {
+  return row.at("outcome") == "oom" && row.value("oom_cause", nlohmann::json()) == "device";
+}
 
 struct Replayed {
   std::uint64_t index = 0;
@@ -75,7 +96,8 @@ Replayed replay(const nlohmann::json& row, Stack stack, const std::string& where
 }  // namespace
 
 TEST_CASE("every measured fit trial's OK / OOM is the simulated verdict under its budget and settings") {
-  std::size_t trials = 0, agree = 0, ooms = 0, same_allocated = 0, same_message = 0;
+  std::size_t trials = 0, agree = 0, disagree = 0, closed_trials = 0, ooms = 0, same_allocated = 0, same_message = 0;
+  std::size_t device_ooms = 0;
   std::size_t closed_safe = 0, closed_ok_fits = 0, oks = 0;
   for (const TrialFile& f : trial_files) {
     const std::string path = std::string(VRAMFIT_TEST_DATA_DIR) + "/" + f.name;
@@ -89,17 +111,35 @@ TEST_CASE("every measured fit trial's OK / OOM is the simulated verdict under it
       const std::string where = fmt::format("{}:{}", f.name, line);
       const nlohmann::json row = detail::parse_row(text, where);
       if (row.value("kind", "") != "trial") continue;
+      if (device_oom(row)) {
+        ++device_ooms;
+        continue;
+      }
       const Replayed r = replay(row, f.stack, where);
       ++trials;
       REQUIRE_MESSAGE(r.e.verdict.has_value(), where);
       const BudgetVerdict& v = *r.e.verdict;
-      CHECK_MESSAGE(v.method == Method::allocator_simulation, where << ": " << r.e.no_simulation);
-      CHECK_MESSAGE(v.fits == r.measured_ok, where << " " << r.label);
-      agree += v.fits == r.measured_ok ? 1 : 0;
+      // The libtorch trials past the programs' range (batch up to 16) are the closed form's (below).
+      if (v.method != Method::allocator_simulation) {
+        CHECK_MESSAGE(f.stack == Stack::libtorch, where << ": " << r.e.no_simulation);
+        ++closed_trials;
+      } else if (v.fits != r.measured_ok) {
+        const bool known = std::ranges::find(known_disagreements, where) != std::end(known_disagreements);
+        CHECK_MESSAGE((known && !v.fits), where << " " << r.label << ": simulated " << (v.fits ? "fits" : "oom"));
+        ++disagree;
+      }
+      // The verdict alone (`fit_verdict`, no peaks simulated) is the same decision and figures.
+      const BudgetVerdict alone = fit_verdict(r.e.inputs.model, r.e.inputs.step, Budget(v.budget), f.stack, r.e.inputs.context);
+      CHECK_MESSAGE((alone.fits == v.fits && alone.reserved_peak == v.reserved_peak && alone.method == v.method &&
+                     alone.oom.has_value() == v.oom.has_value()),
+                    where);
+      agree += v.method == Method::allocator_simulation && v.fits == r.measured_ok ? 1 : 0;
       // An OOM is simulated in the step and phase where it happened.
       if (!r.measured_ok && v.oom) {
-        CHECK_MESSAGE(v.oom->step == row.at("oom_step").get<int>(), where);
-        CHECK_MESSAGE(v.oom->phase == row.at("oom_phase").get<std::string>(), where);
+        if (row.at("oom_step").is_number()) {  // the probe reports no step or phase
+          CHECK_MESSAGE(v.oom->step == row.at("oom_step").get<int>(), where);
+          CHECK_MESSAGE(v.oom->phase == row.at("oom_phase").get<std::string>(), where);
+        }
         // The figures of PyTorch's message, as it prints them (at the first placement that ran out).
         const std::string message = row.at("oom_message").get<std::string>();
         const auto says = [&](const std::string& piece) { return message.find(piece) != std::string::npos; };
@@ -132,11 +172,14 @@ TEST_CASE("every measured fit trial's OK / OOM is the simulated verdict under it
         CHECK_MESSAGE(v.reserved_peak.count() <= r.measured_reserved + r.measured_reserved / 10, where);
     }
   }
-  fmt::print("verdicts: {} of {} trials agree; of {} OOM messages, {} print the simulated allocated bytes and {} "
+  fmt::print("verdicts: {} of {} simulated trials agree ({} known disagreements; {} trials past the programs' "
+             "range decided by the closed form); of {} OOM messages, {} print the simulated allocated bytes and {} "
              "every simulated figure (the rest differ in reserved but unallocated: the segments' placement)\n",
-             agree, trials, ooms, same_allocated, same_message);
+             agree, trials - closed_trials, disagree, closed_trials, ooms, same_allocated, same_message);
+  CHECK(disagree == std::size(known_disagreements));
   fmt::print("closed form: never fits where a run OOMed in {} of {} trials; says fits for {} of the {} that ran\n",
              closed_safe, trials, closed_ok_fits, oks);
+  fmt::print("not replayed: {} trials that ran out of the card's memory, not the budget\n", device_ooms);
   CHECK(trials >= 65);
 }
 
@@ -160,6 +203,19 @@ TEST_CASE("Estimate::fits under a budget is the simulation's verdict, with or wi
     REQUIRE(decided.verdict.has_value());
     CHECK(decided.verdict->fits == runs);
     CHECK(decided.fits(budget) == runs);
+    CHECK(fit_verdict(shape, s, budget).fits == runs);
+  }
+  // Where no program applies (fp32: recorded in bf16 only), `fit_verdict` is the closed form's
+  // `required` within the budget, as `Estimate::fits`.
+  s.batch = 4;
+  s.precision = Precision::fp32;
+  const Estimate closed = estimate(shape, s);
+  REQUIRE(closed.method == Method::closed_form);
+  for (const Bytes b : {closed.required, closed.required - Bytes(1)}) {
+    const BudgetVerdict v = fit_verdict(shape, s, Budget(b));
+    CHECK(v.method == Method::closed_form);
+    CHECK(v.fits == (b == closed.required));
+    CHECK(v.fits == closed.fits(Budget(b)));
   }
 }
 
@@ -180,7 +236,7 @@ TEST_CASE("max_batch answers a batch that ran in every measured case") {
     for (std::size_t line = 1; std::getline(in, text); ++line) {
       const std::string where = fmt::format("{}:{}", f.name, line);
       const nlohmann::json row = detail::parse_row(text, where);
-      if (row.value("kind", "") != "trial") continue;
+      if (row.value("kind", "") != "trial" || device_oom(row)) continue;
       const Replayed r = replay(row, f.stack, where);
       const std::string key = fmt::format("{} {}", to_string(f.stack), row.at("case").get<std::string>());
       Case& c = cases.try_emplace(key, Case{f.stack, r.e.inputs, {}}).first->second;
