@@ -12,6 +12,16 @@
 
 namespace {
 constexpr std::uint64_t GiB = 1ULL << 30;
+// The 24-layer steps the fit and search benchmarks time: LoRA q,k,v,o at seq 4096, full at 2048.
+vramfit::Step lora_4096() {
+  return {.batch = 1, .seq = 4096, .lora = {.rank = 8, .targets = vramfit::TargetSet::attention()}};
+}
+vramfit::Step full_2048() {
+  vramfit::Step s = lora_4096();
+  s.mode = vramfit::Mode::full;
+  s.seq = 2048;
+  return s;
+}
 vramfit::RunContext with_budget(std::uint64_t bytes) {
   vramfit::RunContext c;
   c.budget = vramfit::Bytes(bytes);
@@ -44,10 +54,7 @@ TEST_CASE("fits (hf-peft 24 layers)", "[simulate]") {
   // `fits`: the estimate under a budget (its peaks and its verdict simulated at every placement),
   // and `fit_verdict`: the verdict alone.
   const vramfit::ModelShape qwen = *vramfit::find_preset("Qwen2.5-0.5B");
-  const vramfit::Step lora{.batch = 1, .seq = 4096, .lora = {.rank = 8, .targets = vramfit::TargetSet::attention()}};
-  vramfit::Step full = lora;
-  full.mode = vramfit::Mode::full;
-  full.seq = 2048;
+  const vramfit::Step lora = lora_4096(), full = full_2048();
   REQUIRE(vramfit::estimate(qwen, lora, vramfit::Stack::hf_peft, with_budget(24 * GiB)).verdict->fits);
   REQUIRE(vramfit::estimate(qwen, full, vramfit::Stack::hf_peft, with_budget(24 * GiB)).verdict->fits);
   REQUIRE(!vramfit::estimate(qwen, full, vramfit::Stack::hf_peft, with_budget(4 * GiB)).verdict->fits);
@@ -70,10 +77,7 @@ TEST_CASE("fits (hf-peft 24 layers)", "[simulate]") {
 
 TEST_CASE("max_batch and max_seq by simulation (hf-peft 24 layers)", "[simulate]") {
   const vramfit::ModelShape qwen = *vramfit::find_preset("Qwen2.5-0.5B");
-  const vramfit::Step lora{.batch = 1, .seq = 4096, .lora = {.rank = 8, .targets = vramfit::TargetSet::attention()}};
-  vramfit::Step full = lora;
-  full.mode = vramfit::Mode::full;
-  full.seq = 2048;
+  const vramfit::Step lora = lora_4096(), full = full_2048();
   const vramfit::Budget b24(vramfit::Bytes(24 * GiB)), b80(vramfit::Bytes(80 * GiB));
   REQUIRE(vramfit::max_batch(qwen, lora, b24).at.method == vramfit::Method::allocator_simulation);
   BENCHMARK("max_batch: Qwen2.5-0.5B LoRA q,k,v,o seq 4096, 24 GiB") {
