@@ -4,7 +4,7 @@
 # a memory fraction (hf_harness.py --trials; libtorch trials through `vramfit probe --budget`).
 # Usage (on the GPU machine, .deps staged and carried): bash tests/validation/gpu_trials.sh FILE.json...
 # Env: CONTEXT=0 / GPU_TESTS=0 skip those parts; JOBS (8); GPU_SHARE (bytes the running trials'
-# budgets may sum to; the harness default suits the H200); TRIALS_TIMEOUT per file (400 s).
+# budgets may sum to; the harness default: 120 GB, at most 70% of the card); TRIALS_TIMEOUT per file (400 s).
 set -uo pipefail
 : "${OUT:?set OUT to a results folder}"
 export PYTHONUNBUFFERED=1

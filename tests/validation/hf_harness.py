@@ -1152,12 +1152,24 @@ class Runner:
 # test_trials.py without torch.
 
 TRIAL_KEYS = {"budget_bytes", "alloc_conf", "case", "reported", "stack", "lengths"}
-MAX_LOOP_STEPS = 64
+MAX_LOOP_STEPS = 32  # vramfit::VariedLengths::max_steps: the replay simulates at most that many
 TRIAL_STACKS = ("hf-peft", "libtorch")
 TRIAL_STEPS = 3
 OUTCOMES = ("ok", "oom", "error", "skipped")
 ALLOC_CONF_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
-DEFAULT_GPU_SHARE_BYTES = 120e9
+DEFAULT_GPU_SHARE_BYTES = 120e9  # suits the H200 (150 GB); see gpu_share_default
+
+
+def gpu_share_default():
+    """The share of trials side by side when --gpu-share-bytes is not given: 120 GB, and at most 70%
+    of GPU 0's memory where nvidia-smi reports it. On an 80 GB H100 the 120 GB share let trials run
+    the card itself out of memory (oom_cause "device", tests/validation/README.md#fit-trials-on-the-h100)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", "0"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+        return min(DEFAULT_GPU_SHARE_BYTES, 0.7 * float(out) * (1 << 20))
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return DEFAULT_GPU_SHARE_BYTES
 
 
 def budget_text(b):
@@ -1825,9 +1837,9 @@ def parse_args(argv):
                         "one process and one build. Max-batch searches then run in one more process.")
     p.add_argument("-j", "--jobs", type=int, default=1, metavar="J",
                    help="--trials: trial processes at a time (default 1)")
-    p.add_argument("--gpu-share-bytes", type=float, default=DEFAULT_GPU_SHARE_BYTES, metavar="BYTES",
-                   help="--trials: the running trials' budget_bytes sum to at most this (default %.0e; a trial "
-                        "over it runs alone)" % DEFAULT_GPU_SHARE_BYTES)
+    p.add_argument("--gpu-share-bytes", type=float, default=None, metavar="BYTES",
+                   help="--trials: the running trials' budget_bytes sum to at most this (default %.0f GB, at most "
+                        "70%%%% of GPU 0's memory; a trial over it runs alone)" % (DEFAULT_GPU_SHARE_BYTES / 1e9))
     p.add_argument("--trial-timeout-s", type=float, default=300.0, metavar="S",
                    help="--trials: kill a trial process after this many seconds; its row is an error "
                         "(default 300; 0 = none)")
@@ -1851,6 +1863,8 @@ def parse_args(argv):
                     "--first-repeat")
         if args.jobs < 1:
             p.error("-j/--jobs must be >= 1")
+        if args.gpu_share_bytes is None:
+            args.gpu_share_bytes = gpu_share_default()
         if not args.gpu_share_bytes > 0:
             p.error("--gpu-share-bytes must be > 0")
         if args.trial_timeout_s < 0:
