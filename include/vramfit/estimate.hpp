@@ -308,6 +308,7 @@ inline bool Estimate::fits(Budget b) const {
 /// Whether `step` runs under `budget`, and the figures of that decision: the simulation under the
 /// limit where a program applies, else the closed form's `required` within it. `estimate` with a
 /// budget gives the same verdict and also simulates the peaks; a fit check needs only this.
+/// `context` as for `estimate`; its `budget` is replaced by `budget`.
 inline BudgetVerdict fit_verdict(const ModelShape& model, const Step& step, Budget budget,
                                  Stack stack = Stack::hf_peft, RunContext context = {}) {
   context.budget = budget.usable;
@@ -450,7 +451,7 @@ struct VariedLengths {
   std::vector<std::uint64_t> lengths{};
   /// The most lengths simulated: every step's requests are resolved and held for the run (some
   /// 6,000 ops, ~100 KB, a step at 24 layers) and run at every placement, so the time and memory grow
-  /// with the steps (32 steps: ~0.4 s at 24 layers); the bound covers longer loops.
+  /// with the steps (32 steps of Qwen2.5-0.5B 4 x 2048: 0.22 s on 2 cores); the bound covers longer loops.
   static constexpr std::size_t max_steps = 32;
 };
 
