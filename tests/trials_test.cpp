@@ -33,7 +33,7 @@ struct TrialFile {
 };
 // Each file of measured trials and its stack (libtorch: `vramfit probe --budget`). The libtorch
 // trials ran on an H100 with trials side by side; the rerun file repeats, with fewer side by side,
-// those that ran out of the card's memory rather than the budget (`device_oom` below).
+// those that ran out of the card's memory rather than the budget (`detail::ran_out_of_card`).
 constexpr TrialFile trial_files[] = {
     {"trials_13.jsonl", Stack::hf_peft},
     {"trials_13c.jsonl", Stack::hf_peft},
@@ -47,13 +47,6 @@ constexpr TrialFile trial_files[] = {
 // the simulated reserved peak is 0.30 to 0.57 GB above the measured one at every placement (+192 and
 // +224 MiB at batches 6 and 7, the default setting only); the rule behind it is not found yet.
 constexpr std::string_view known_disagreements[] = {"trials_13_libtorch_rerun.jsonl:10"};
-
-// An OOM the budget did not decide: the card itself ran out (other trials held its memory; the
-// harness's `oom_cause` from PyTorch's message: the free memory it reports was below the request).
-// It says nothing of the budget, so it is not replayed.
-bool device_oom(const nlohmann::json& row) {
-  return row.at("outcome") == "oom" && row.value("oom_cause", nlohmann::json()) == "device";
-}
 
 struct Replayed {
   std::uint64_t index = 0;
@@ -113,7 +106,7 @@ TEST_CASE("every measured fit trial's OK / OOM is the simulated verdict under it
       const std::string where = fmt::format("{}:{}", f.name, line);
       const nlohmann::json row = detail::parse_row(text, where);
       if (row.value("kind", "") != "trial") continue;
-      if (device_oom(row)) {
+      if (detail::ran_out_of_card(row)) {
         ++device_ooms;
         continue;
       }
@@ -238,7 +231,7 @@ TEST_CASE("max_batch answers a batch that ran in every measured case") {
     for (std::size_t line = 1; std::getline(in, text); ++line) {
       const std::string where = fmt::format("{}:{}", f.name, line);
       const nlohmann::json row = detail::parse_row(text, where);
-      if (row.value("kind", "") != "trial" || device_oom(row)) continue;
+      if (row.value("kind", "") != "trial" || detail::ran_out_of_card(row)) continue;
       const Replayed r = replay(row, f.stack, where);
       const std::string key = fmt::format("{} {}", to_string(f.stack), row.at("case").get<std::string>());
       Case& c = cases.try_emplace(key, Case{f.stack, r.e.inputs, {}}).first->second;

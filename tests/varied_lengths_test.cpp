@@ -233,8 +233,8 @@ TEST_CASE("varied lengths: every measured loop's allocated peak is within the lo
       const std::string where = fmt::format("{}:{}", name, line);
       const nlohmann::json row = detail::parse_row(text, where);
       if (row.value("kind", "") != "trial" || !row.contains("lengths") || !row.at("lengths").is_array()) continue;
-      if (row.at("outcome") == "oom" && row.value("oom_cause", nlohmann::json()) == "device") {
-        ++device_ooms;  // the card ran out, not the budget: says nothing of the loop's verdict
+      if (detail::ran_out_of_card(row)) {
+        ++device_ooms;
         continue;
       }
       replay_loop(row, where, counts);

@@ -102,6 +102,13 @@ inline nlohmann::json parse_row(const std::string& text, const std::string& wher
   return row;
 }
 
+/// A trial row (hf_harness.py --trials) whose OOM the card decided, not the budget: PyTorch's
+/// message reported less free memory than the request (the harness's `oom_cause` "device"; other
+/// processes held the card). It says nothing of the budget, so replays skip it.
+inline bool ran_out_of_card(const nlohmann::json& row) {
+  return row.value("outcome", nlohmann::json()) == "oom" && row.value("oom_cause", nlohmann::json()) == "device";
+}
+
 /// The row's "shape" in the schema of json.hpp.
 inline ModelShape shape_from(const nlohmann::json& row, const std::string& where) {
   const nlohmann::json& shape = require(row, "shape", where);
