@@ -18,13 +18,19 @@
 #include <string_view>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "vramfit/alloc_conf.hpp"
 #include "vramfit/estimate.hpp"
 #include "vramfit/gpus.hpp"
 #include "vramfit/vramfit.hpp"
+
+// CLI11 is header-only and costly to compile: only cli.cpp and flags.cpp include it; the rest see
+// its apps and options through these declarations and the functions below.
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
 
 namespace vramfit::cli {
 
@@ -115,8 +121,14 @@ CLI::Option* add_stack(CLI::App& app, BadValues& bad, Stack& stack);
 /// The library's own limits are checked when the step is validated.
 std::uint64_t parse_positive(std::string_view flag, std::string_view text);
 
-/// A comma-separated list of whole numbers of at least 1 (`parse_positive` each).
-std::vector<std::uint64_t> parse_number_list(std::string_view flag, std::string_view text);
+/// One whole number of at least 1, or with `list` a comma-separated list of them (`parse_positive`
+/// each).
+std::vector<std::uint64_t> parse_numbers(std::string_view flag, std::string_view text, bool list);
+
+/// Whether the option was given on the command line.
+bool given(const CLI::Option* option);
+/// The subcommand's name, as the user typed it.
+std::string command_name(const CLI::App& app);
 
 /// Which of the step flags a command takes.
 struct StepFlagSet {

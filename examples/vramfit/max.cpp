@@ -31,7 +31,7 @@ public:
   void check() const override {
     ModelCommand::check();
     if (!flags_.budget)
-      throw InvalidInput("--budget", "required by " + app_->get_name() +
+      throw InvalidInput("--budget", "required by " + command_name(*app_) +
                                          " (the memory the allocator may reserve, e.g. --budget 24GiB, or --gpu NAME)");
   }
 

@@ -23,7 +23,7 @@ public:
               fmt::format("the loop's lengths in order, at most {}, each 1 to --seq (implies --varied-lengths): "
                           "that loop is simulated too, and decides --budget",
                           VariedLengths::max_steps),
-              [this](std::string_view v) { lengths_ = parse_number_list("--lengths", v); });
+              [this](std::string_view v) { lengths_ = parse_numbers("--lengths", v, true); });
     add_switch(*app_, "--json", json_, "print one JSON object instead of text");
   }
 

@@ -48,7 +48,7 @@ public:
   int run(std::FILE* out, std::FILE*) const override { return trace_ ? run_trace(out) : run_data(out); }
 
 private:
-  [[nodiscard]] bool stack_given() const { return stack_flag_->count() > 0; }
+  [[nodiscard]] bool stack_given() const { return given(stack_flag_); }
 
   int run_data(std::FILE* out) const {
     const vramfit::detail::Measurements data = vramfit::detail::load_measurements(*data_, "hf-peft", "--data");
