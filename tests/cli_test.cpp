@@ -713,6 +713,21 @@ TEST_CASE("cli: the allocator simulation where a program applies") {
             {"allocator simulation of the recorded HF \\+ PEFT step \\([0-9]+ requests\\): peak [0-9.]+ [GM]B in the "
              "backward"});
   }
+  SUBCASE("predict_text_is_the_json") {
+    // The text's peak and required are the estimate's (the simulation's), as --json gives them,
+    // not the closed form's that the breakdown table below them totals.
+    const std::string text = succeeds(0, on_small("predict", {"--seq", "1024", "--lora-targets", "all-linear"})).out;
+    nlohmann::json j =
+        json_object(succeeds(0, on_small("predict", {"--seq", "1024", "--lora-targets", "all-linear", "--json"})));
+    REQUIRE(j["method"] == "allocator simulation");
+    REQUIRE(j["closed_form"]["peak_bytes"] != j["peak_bytes"]);
+    holds(text, {fmt::format("peak:      {} allocated, in the backward (allocator simulation)",
+                             vramfit::Bytes(j["peak_bytes"].get<std::uint64_t>())),
+                 fmt::format("required:  {} with the allocator's margin",
+                             vramfit::Bytes(j["required_bytes"].get<std::uint64_t>()))});
+    CHECK(text.find(fmt::format("peak:      {}", vramfit::Bytes(j["closed_form"]["peak_bytes"].get<std::uint64_t>()))) ==
+          std::string::npos);
+  }
   SUBCASE("predict_simulated_json") {
     nlohmann::json j = json_object(
         succeeds(0, on_small("predict", {"--seq", "1024", "--lora-targets", "all-linear", "--json"})));

@@ -52,11 +52,14 @@ public:
     const Prediction& p = e.closed_form;
     print_context(out, model, describe(step), step);
     fmt::print(out, "basis:  {}\n", basis(e));
-    fmt::print(out, "\n{}", p);
+    // The estimate's peak and required (the simulation's where one ran), then the closed form's
+    // breakdown: its own peak and required would contradict the --json figures.
+    fmt::print(out, "\nstack:     {}\npeak:      {} allocated, in the {} ({})\nrequired:  {} with the allocator's margin\n\n{}",
+               to_string(e.stack), e.peak, e.phase, to_string(e.method), e.required, breakdown_table(p));
     if (e.simulation)
       fmt::print(out,
                  "\nallocator simulation of the recorded {} step ({} requests): peak {} in the {}\n"
-                 "(the prediction; the terms above are the closed form's breakdown, {} at its peak)\n",
+                 "(the prediction above; the table is the closed form's breakdown, {} at its peak)\n",
                  e.stack == Stack::libtorch ? "LibTorch probe" : "HF + PEFT", e.simulation->requests,
                  e.simulation->peak, e.simulation->phase, p.peak);
     else if (!e.no_simulation.empty())

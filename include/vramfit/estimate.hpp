@@ -551,7 +551,8 @@ struct fmt::formatter<vramfit::BudgetVerdict> : vramfit::detail::NoFormatSpec {
 };
 
 /// `fmt::print("{}", estimate)`: the peak, how it was obtained, `required`, then the closed form's
-/// breakdown by term and phase.
+/// breakdown by term and phase (`breakdown_table`; its own peak and required are the closed form's,
+/// not printed where the simulation gave the prediction).
 template <>
 struct fmt::formatter<vramfit::Estimate> : vramfit::detail::NoFormatSpec {
 
@@ -568,6 +569,8 @@ struct fmt::formatter<vramfit::Estimate> : vramfit::detail::NoFormatSpec {
                            e.closed_form.peak);
     else
       out = fmt::format_to(out, "method:    closed form; no allocator simulation: {}\n", e.no_simulation);
-    return fmt::format_to(out, "\n{}", e.closed_form);
+    const std::string table = vramfit::breakdown_table(e.closed_form);
+    out = fmt::format_to(out, "\n");
+    return std::copy(table.begin(), table.end(), out);
   }
 };

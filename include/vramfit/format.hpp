@@ -200,13 +200,11 @@ struct fmt::formatter<vramfit::Phase> : fmt::formatter<std::string_view> {
   }
 };
 
+namespace vramfit {
 /**
- * `vramfit::Prediction`: the stack, the peak and its phase, what a budget must cover, then each
- * term's bytes at every phase in GB (10^9 bytes), the peak's column marked with `*`:
- *
- *     stack:     hf-peft
- *     peak:      2.849 GB allocated, in the loss backward
- *     required:  3.030 GB with the allocator's margin
+ * Each term's bytes at every phase in GB (10^9 bytes), the peak's column marked with `*`: the
+ * breakdown that `fmt::print("{}", prediction)` ends with, and that an estimate prints under its
+ * own peak (the simulation's, where one ran):
  *
  *     GB                         loss   backward of   backward of   optimizer
  *                  forward   backward*   last layer   first layer        step
@@ -215,36 +213,50 @@ struct fmt::formatter<vramfit::Phase> : fmt::formatter<std::string_view> {
  *     total          2.648      2.849         1.660         0.378       0.312
  *     * the phase of the peak
  */
+inline std::string breakdown_table(const Prediction& p) {
+  using Align = detail::TextTable::Align;
+  std::vector<Align> columns(1 + phase_count, Align::right);
+  columns[0] = Align::left;
+  detail::TextTable table(std::move(columns));
+  std::vector<std::string> first = {"GB"}, second = {""};
+  for (Phase phase : all_phases) {
+    const auto& heading = detail::phase_headings[static_cast<std::size_t>(phase)];
+    first.push_back(std::string(heading[0]) + " ");
+    second.push_back(std::string(heading[1]) + (phase == p.phase ? "*" : " "));
+  }
+  table.add_row(std::move(first));
+  table.add_row(std::move(second));
+  const auto add = [&](std::string_view name, const PhaseBytes& bytes) {
+    std::vector<std::string> cells = {std::string(name)};
+    for (Phase phase : all_phases) cells.push_back(detail::gigabytes_cell(bytes[phase]) + " ");
+    table.add_row(std::move(cells));
+  };
+  for (std::size_t k = 0; k < p.term_count && k < p.terms.size(); ++k) add(p.terms[k].name, p.terms[k].bytes);
+  add("total", p.phases);
+  table.add_line("* the phase of the peak");
+  return table.render();
+}
+}  // namespace vramfit
+
+/**
+ * `vramfit::Prediction`: the stack, the peak and its phase, what a budget must cover, then the
+ * breakdown (`breakdown_table`):
+ *
+ *     stack:     hf-peft
+ *     peak:      2.849 GB allocated, in the loss backward
+ *     required:  3.030 GB with the allocator's margin
+ *
+ *     GB                         loss   backward of   backward of   optimizer
+ *     ...
+ */
 template <>
 struct fmt::formatter<vramfit::Prediction> : vramfit::detail::NoFormatSpec {
 
   auto format(const vramfit::Prediction& p, format_context& ctx) const -> decltype(ctx.out()) {
-    using namespace vramfit;
-    using Align = vramfit::detail::TextTable::Align;
     auto out = fmt::format_to(ctx.out(), "stack:     {}\npeak:      {} allocated, in the {}\n",
                               p.stack.empty() ? std::string_view("(unnamed)") : p.stack, p.peak, p.phase);
     out = fmt::format_to(out, "required:  {} with the allocator's margin\n\n", p.required);
-
-    std::vector<Align> columns(1 + phase_count, Align::right);
-    columns[0] = Align::left;
-    vramfit::detail::TextTable table(std::move(columns));
-    std::vector<std::string> first = {"GB"}, second = {""};
-    for (Phase phase : all_phases) {
-      const auto& heading = vramfit::detail::phase_headings[static_cast<std::size_t>(phase)];
-      first.push_back(std::string(heading[0]) + " ");
-      second.push_back(std::string(heading[1]) + (phase == p.phase ? "*" : " "));
-    }
-    table.add_row(std::move(first));
-    table.add_row(std::move(second));
-    const auto add = [&](std::string_view name, const PhaseBytes& bytes) {
-      std::vector<std::string> cells = {std::string(name)};
-      for (Phase phase : all_phases) cells.push_back(vramfit::detail::gigabytes_cell(bytes[phase]) + " ");
-      table.add_row(std::move(cells));
-    };
-    for (std::size_t k = 0; k < p.term_count && k < p.terms.size(); ++k) add(p.terms[k].name, p.terms[k].bytes);
-    add("total", p.phases);
-    table.add_line("* the phase of the peak");
-    const std::string text = table.render();
+    const std::string text = vramfit::breakdown_table(p);
     return std::copy(text.begin(), text.end(), out);
   }
 };
