@@ -741,7 +741,8 @@ TEST_CASE("cli: the allocator simulation where a program applies") {
   }
   SUBCASE("predict_batch_not_simulated") {
     holds(succeeds(0, on_small("predict", {"--mode", "full", "--seq", "1024", "--batch", "32"})).out,
-          {"no allocator simulation: outside the range the programs are used in"});
+          {"no allocator simulation: outside the range the programs are used in",
+           "allocated, in the loss backward (closed form)"});
   }
   SUBCASE("predict_libtorch_json") {
     nlohmann::json j =

@@ -75,9 +75,9 @@ public:
                  basis(at), budget_text(budget.usable));
       if (best == 0)
         fmt::print(out, "max {}: 0: not even {} 1 fits; it requires {} (peak {} in the {})\n", what, what, at.required,
-                   at.peak, at.phase);
+                   at.peak, at.phase_words());
       else
-        fmt::print(out, "max {}: {}\n  at {} {}: peak {} in the {}, {}\n", what, best, what, best, at.peak, at.phase,
+        fmt::print(out, "max {}: {}\n  at {} {}: peak {} in the {}, {}\n", what, best, what, best, at.peak, at.phase_words(),
                    at.verdict && at.verdict->method == Method::allocator_simulation
                        ? fmt::format("reserved peak {} under the budget (simulated)", at.verdict->reserved_peak)
                        : fmt::format("requires {}", at.required));

@@ -125,6 +125,12 @@ struct Estimate {
   Bytes peak;                            ///< allocated peak: the simulation's where one ran, else the closed form's
   Bytes required;                        ///< peak plus the allocator's margin, the larger of both methods'
   std::string_view phase;                ///< where `peak` falls (the closed form's `to_key` names, the simulation's)
+  /// `phase` for text: "loss backward" where the key reads "loss_backward".
+  [[nodiscard]] std::string phase_words() const {
+    std::string words(phase);
+    std::ranges::replace(words, '_', ' ');
+    return words;
+  }
   Prediction closed_form;                ///< the terms by phase: the breakdown, and the fallback
   std::optional<Simulation> simulation;  ///< where a program applies
   std::string_view no_simulation;        ///< why none applies (empty when one ran)
@@ -557,7 +563,7 @@ template <>
 struct fmt::formatter<vramfit::Estimate> : vramfit::detail::NoFormatSpec {
 
   auto format(const vramfit::Estimate& e, format_context& ctx) const -> decltype(ctx.out()) {
-    auto out = fmt::format_to(ctx.out(), "peak:      {} allocated, in the {} ({})\n", e.peak, e.phase,
+    auto out = fmt::format_to(ctx.out(), "peak:      {} allocated, in the {} ({})\n", e.peak, e.phase_words(),
                               vramfit::to_string(e.method));
     out = fmt::format_to(out, "required:  {} with the allocator's margin\n", e.required);
     out = fmt::format_to(out, "basis:     {}\n", vramfit::basis(e));
