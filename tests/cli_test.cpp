@@ -667,6 +667,9 @@ TEST_CASE("cli: CLI11's own errors in vramfit's words") {
         "vramfit: error: --model: not taken by presets (see vramfit presets --help)\n");
   CHECK(error({"presets", "--frob"}) ==
         "vramfit: error: --frob: unknown flag for presets (see vramfit presets --help)\n");
+  CHECK(error({"presets", "-f"}) == "vramfit: error: -f: unknown flag (see vramfit presets --help)\n");
+  CHECK(error(on_small("predict", {":-conf--model"})) ==
+        "vramfit: error: arguments: unexpected argument ':-conf--model' (see vramfit predict --help)\n");
 }
 
 TEST_CASE("cli: replay") {

@@ -137,8 +137,10 @@ InvalidInput unknown_at_top(const CLI::App& app, std::string_view arg) {
 InvalidInput not_taken(const CLI::App& app, const CLI::App& command, std::string_view arg) {
   const std::string see = " (see vramfit " + command.get_name() + " --help)";
   if (arg.empty()) return InvalidInput("arguments", "unexpected empty argument ''" + see);
-  if (!arg.starts_with("--"))
-    return InvalidInput(arg, (arg.starts_with("-") ? "unknown flag" : "unexpected argument") + see);
+  // A stray word is quoted after the field "arguments": as the field, it could read as anything
+  // (the fuzzer's ":-conf--model" made the message start with a colon).
+  if (!arg.starts_with("-")) return InvalidInput("arguments", "unexpected argument '" + std::string(arg) + "'" + see);
+  if (!arg.starts_with("--")) return InvalidInput(arg, "unknown flag" + see);
   const std::string flag(arg.substr(0, arg.find('=')));
   const auto subs = subcommands(app);
   const bool elsewhere = std::any_of(subs.begin(), subs.end(), [&](const CLI::App* c) {
