@@ -774,6 +774,21 @@ TEST_CASE("cli: replay's file errors name its flag, not the library's field") {
             .starts_with("vramfit: error: --data: "));
 }
 
+TEST_CASE("cli: an endless input is refused, not read forever") {
+  if (!std::filesystem::exists("/dev/zero")) return;  // Linux's endless file
+  const auto error = [](const std::vector<std::string>& args) {
+    const auto r = run_vramfit(args);
+    CHECK(r.status == 2);
+    return r.err;
+  };
+  CHECK(error({"predict", "--config", "/dev/zero"}) ==
+        "vramfit: error: --config: '/dev/zero' is larger than 4 MiB: not a config.json (those are a few KB)\n");
+  CHECK(error({"replay", "--data", "/dev/zero"}) ==
+        "vramfit: error: zero:1: a line longer than 16 MiB: not a JSON-lines file vramfit reads\n");
+  CHECK(error({"replay", "--trace", "/dev/zero"}) ==
+        "vramfit: error: zero:1: a line longer than 16 MiB: not a JSON-lines file vramfit reads\n");
+}
+
 // Fit decisions under a budget (issue 13): the verdict of the simulated build and three steps,
 // --alloc-conf and --gpu. The cases are measured trials (tests/data/trials_13.jsonl, trials 0-5).
 TEST_CASE("cli: predict under a budget shows the reserved peak and the verdict") {

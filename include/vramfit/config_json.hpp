@@ -342,7 +342,13 @@ inline HfConfig load_hf_config(const std::filesystem::path& path) {
   std::string text;
   char buffer[1 << 14];
   std::size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0) text.append(buffer, n);
+  // A config.json is a few KB; a bound keeps `/dev/zero` or a pipe from being read forever.
+  constexpr std::size_t max_config_bytes = std::size_t{4} << 20;
+  while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0 && text.size() <= max_config_bytes) text.append(buffer, n);
+  if (text.size() > max_config_bytes) {
+    std::fclose(file);
+    throw InvalidInput("--config", "'" + path.string() + "' is larger than 4 MiB: not a config.json (those are a few KB)");
+  }
   const bool failed = std::ferror(file) != 0;
   const int error = errno;
   std::fclose(file);
