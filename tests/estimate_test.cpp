@@ -74,3 +74,25 @@ TEST_CASE("an estimate carries its provenance; several ranks are flagged as not 
   CHECK(sharding_caveat(zero2_fp32).find("upper bound") == std::string_view::npos);
   CHECK(provenance(Stack::hf_peft, zero2).unvalidated == sharding_caveat(zero2));
 }
+
+// RunContext::simulation_threads: a caller that runs estimates in parallel itself can keep each
+// simulation on its own thread; the figures are the same on any number of threads.
+TEST_CASE("an estimate's figures do not depend on its simulation threads") {
+  CHECK(detail::simulation_threads(1) == 1);
+  CHECK(detail::simulation_threads(3) == 3);
+  CHECK(detail::simulation_threads(100) == 8);
+  CHECK(detail::simulation_threads(0) >= 1);
+  CHECK(detail::simulation_threads(0) <= 8);
+  const ModelShape m = *find_preset("SmolLM2-135M");
+  const Step s{.batch = 2, .seq = 1024};
+  RunContext many, one{.simulation_threads = 1};
+  many.budget = one.budget = 6_GiB;
+  const Estimate a = estimate(m, s, Stack::hf_peft, many), b = estimate(m, s, Stack::hf_peft, one);
+  REQUIRE(a.method == Method::allocator_simulation);
+  CHECK(a.peak == b.peak);
+  CHECK(a.required == b.required);
+  CHECK(a.simulation->reserved == b.simulation->reserved);
+  CHECK(a.verdict->fits == b.verdict->fits);
+  CHECK(a.verdict->reserved_peak == b.verdict->reserved_peak);
+  CHECK(fit_verdict(m, s, Budget(6_GiB), Stack::hf_peft, one).reserved_peak == a.verdict->reserved_peak);
+}

@@ -101,6 +101,10 @@ struct RunContext {
   /// of a fraction, or `Gpu::allocator_budget`); with it `estimate` decides whether the run fits.
   std::optional<Bytes> budget{};
   AllocConf alloc_conf{};  ///< PYTORCH_CUDA_ALLOC_CONF's settings (`parse_alloc_conf`)
+  /// Threads one simulation runs its segment placements on: 0 the hardware's (at most 8), 1 the
+  /// calling thread alone (for a caller that runs estimates in parallel itself). The figures do
+  /// not depend on it.
+  unsigned simulation_threads = 0;
 };
 
 /// What `estimate` was asked, kept so an estimate can decide other budgets.
@@ -249,13 +253,15 @@ inline Estimate estimate_run(const ModelShape& model, const Step& step, Stack st
     const detail::ProgramOps ops = program.resolve(detail::program_dims(model, step), model.layers);
     const Bytes held = Definition::held(model, step, context);
     const detail::PlacementPeaks p =
-        peaks ? detail::simulate_placements(ops, step, held, context.cache_emptied_after_build, context.alloc_conf)
+        peaks ? detail::simulate_placements(ops, step, held, context.cache_emptied_after_build, context.alloc_conf,
+                                            context.simulation_threads)
               : detail::PlacementPeaks{};
     if (known != nullptr)
       out.verdict = *known;
     else if (context.budget)
       out.verdict = detail::to_verdict(detail::simulate_under_limit(ops, held, context.cache_emptied_after_build,
-                                                                    context.alloc_conf, context.budget->count()),
+                                                                    context.alloc_conf, context.budget->count(), 3,
+                                                                    context.simulation_threads),
                                        *context.budget);
     out.method = Method::allocator_simulation;
     if (!peaks) return out;
@@ -301,7 +307,7 @@ inline BudgetVerdict Estimate::verdict_under(Budget b) const {
         detail::simulate_under_limit(detail::parsed(Definition::programs(), *entry), inputs.model, inputs.step,
                                      Definition::held(inputs.model, inputs.step, inputs.context),
                                      inputs.context.cache_emptied_after_build, inputs.context.alloc_conf,
-                                     b.usable.count()),
+                                     b.usable.count(), 3, inputs.context.simulation_threads),
         b.usable);
   });
 }
@@ -513,16 +519,18 @@ inline VariedLengthsEstimate estimate_varied_lengths(const ModelShape& model, co
     const auto* entry = detail::find_entry(Definition::programs(), model, step, why);
     const detail::StepProgram& program = detail::parsed(Definition::programs(), *entry);
     const Bytes held = Definition::held(model, step, context);
-    out.peak = max(detail::simulate_slack_bound(program, model, step, held, context.alloc_conf), out.longest.peak);
+    out.peak = max(detail::simulate_slack_bound(program, model, step, held, context.alloc_conf, context.simulation_threads),
+                   out.longest.peak);
     if (!loop.lengths.empty()) {
       const detail::ProgramOps ops =
           program.resolve_loop(detail::program_dims(model, step), loop.lengths, model.layers);
       const std::size_t steps = loop.lengths.size();
-      const detail::LoopPeaks free_run = detail::simulate_loop(ops, steps, held, context.alloc_conf, std::nullopt);
+      const detail::LoopPeaks free_run =
+          detail::simulate_loop(ops, steps, held, context.alloc_conf, std::nullopt, context.simulation_threads);
       out.loop = VariedLengthsEstimate::Loop{free_run.peak, free_run.phase, free_run.reserved_peak};
       if (context.budget) {
         const detail::LoopPeaks limited =
-            detail::simulate_loop(ops, steps, held, context.alloc_conf, context.budget->count());
+            detail::simulate_loop(ops, steps, held, context.alloc_conf, context.budget->count(), context.simulation_threads);
         out.verdict = detail::to_verdict(limited.verdict, *context.budget);
       }
     } else if (context.budget) {

@@ -111,13 +111,14 @@ void for_each_placement(bool expandable, F&& run) {
     if (!run(Order::scattered, seed)) return;
 }
 
-/// The threads the placements of one simulation run on: the hardware's, at most 8.
-inline unsigned simulation_threads() {
-  static const unsigned n = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
-  return n;
+/// The threads the placements of one simulation run on: `requested` (RunContext's
+/// simulation_threads), or for 0 the hardware's; at most 8 either way.
+inline unsigned simulation_threads(unsigned requested = 0) {
+  static const unsigned hardware = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
+  return requested == 0 ? hardware : std::min(requested, 8u);
 }
 
-/// Runs `ops` at every placement of `for_each_placement` (on `simulation_threads()` threads, each
+/// Runs `ops` at every placement of `for_each_placement` (on `simulation_threads(options.threads)` threads, each
 /// run on its own allocator model) and hands the results to `fold` in the placement order, as a
 /// serial loop would: until `fold` answers false, or rethrowing the first run's error. Runs after
 /// one that `stops` (answers true for) are not needed and may be skipped.
@@ -151,7 +152,8 @@ void run_placements(const ProgramOps& ops, Bytes held, bool empty_cache_after_bu
       }
     }
   };
-  const unsigned helpers = std::min<unsigned>(simulation_threads(), static_cast<unsigned>(placements.size())) - 1;
+  const unsigned helpers =
+      std::min<unsigned>(simulation_threads(options.threads), static_cast<unsigned>(placements.size())) - 1;
   std::vector<std::thread> threads;
   threads.reserve(helpers);
   try {
@@ -170,10 +172,12 @@ void run_placements(const ProgramOps& ops, Bytes held, bool empty_cache_after_bu
 /// of each kind, with the phase of the placement that gives the peak. `held`: bytes the process
 /// holds outside the program (in segments of their own).
 inline PlacementPeaks simulate_placements(const ProgramOps& ops, const Step& s, Bytes held,
-                                          bool empty_cache_after_build, const AllocConf& conf = {}) {
+                                          bool empty_cache_after_build, const AllocConf& conf = {},
+                                          unsigned threads = 0) {
   const bool first = s.peak_over == PeakOver::first_step;
   ProgramRunOptions options;
   options.conf = conf;
+  options.threads = threads;
   PlacementPeaks out;
   const auto fold = [&](const ProgramPeaks& p) {
     out.first = max(out.first, p.first);
@@ -196,8 +200,10 @@ inline PlacementPeaks simulate_placements(const ProgramOps& ops, const Step& s, 
   return out;
 }
 inline PlacementPeaks simulate_placements(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
-                                          bool empty_cache_after_build, const AllocConf& conf = {}) {
-  return simulate_placements(program.resolve(program_dims(m, s), m.layers), s, held, empty_cache_after_build, conf);
+                                          bool empty_cache_after_build, const AllocConf& conf = {},
+                                          unsigned threads = 0) {
+  return simulate_placements(program.resolve(program_dims(m, s), m.layers), s, held, empty_cache_after_build, conf,
+                             threads);
 }
 
 /// The requests behind `held` bytes made before the build: 32 MiB workspaces (cuBLAS's, one per
@@ -227,12 +233,14 @@ struct PlacementVerdict {
 /// Runs `program` under `limit` bytes (c10's allowed_memory_maximum) and `conf` at every placement
 /// until one runs out of memory; `held` bytes are requested before the build (`held_requests`).
 inline PlacementVerdict simulate_under_limit(const ProgramOps& ops, Bytes held, bool empty_cache_after_build,
-                                             const AllocConf& conf, std::uint64_t limit, int steps = 3) {
+                                             const AllocConf& conf, std::uint64_t limit, int steps = 3,
+                                             unsigned threads = 0) {
   ProgramRunOptions options;
   options.limit = limit;
   options.conf = conf;
   options.held_requests = held_requests(held);
   options.steps = steps;
+  options.threads = threads;
   PlacementVerdict out;
   const auto fold = [&](const ProgramPeaks& p) {
     out.reserved_peak = max(out.reserved_peak, p.reserved_peak);
@@ -251,9 +259,9 @@ inline PlacementVerdict simulate_under_limit(const ProgramOps& ops, Bytes held, 
 
 inline PlacementVerdict simulate_under_limit(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
                                              bool empty_cache_after_build, const AllocConf& conf, std::uint64_t limit,
-                                             int steps = 3) {
+                                             int steps = 3, unsigned threads = 0) {
   return simulate_under_limit(program.resolve(program_dims(m, s), m.layers), held, empty_cache_after_build, conf, limit,
-                              steps);
+                              steps, threads);
 }
 
 /// A loop of varied lengths (`StepProgram::resolve_loop`) at every placement: the largest allocated
@@ -266,12 +274,13 @@ struct LoopPeaks {
   PlacementVerdict verdict; ///< under `limit` (without one: fits, and no OOM)
 };
 inline LoopPeaks simulate_loop(const ProgramOps& ops, std::size_t steps, Bytes held, const AllocConf& conf,
-                               std::optional<std::uint64_t> limit) {
+                               std::optional<std::uint64_t> limit, unsigned threads = 0) {
   ProgramRunOptions options;
   options.limit = limit;
   options.conf = conf;
   options.held_requests = held_requests(held);
   options.steps = static_cast<int>(std::min<std::size_t>(steps, 1u << 30));
+  options.threads = threads;
   LoopPeaks out;
   const auto fold = [&](const ProgramPeaks& p) {
     if (out.phase.empty() || p.steady > out.peak) {
@@ -294,18 +303,20 @@ inline LoopPeaks simulate_loop(const ProgramOps& ops, std::size_t steps, Bytes h
 }
 inline LoopPeaks simulate_loop(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
                                std::span<const std::uint64_t> lengths, const AllocConf& conf,
-                               std::optional<std::uint64_t> limit) {
-  return simulate_loop(program.resolve_loop(program_dims(m, s), lengths, m.layers), lengths.size(), held, conf, limit);
+                               std::optional<std::uint64_t> limit, unsigned threads = 0) {
+  return simulate_loop(program.resolve_loop(program_dims(m, s), lengths, m.layers), lengths.size(), held, conf, limit,
+                       threads);
 }
 
 /// `StepProgram::run_slack_bound` at every placement: the largest bound (the placement decides the
 /// slack of the blocks made before the first sequence-dependent request, which is not charged).
 inline Bytes simulate_slack_bound(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
-                                  const AllocConf& conf) {
+                                  const AllocConf& conf, unsigned threads = 0) {
   ProgramRunOptions options;
   options.conf = conf;
   options.held_requests = held_requests(held);
   options.steps = 3;
+  options.threads = threads;
   Bytes out;
   run_placements(program.resolve_slack_bound(program_dims(m, s), m.layers), held, false, options,
                  conf.expandable_segments,

@@ -224,6 +224,7 @@ struct ProgramRunOptions {
   AllocConf conf;
   std::vector<std::uint64_t> held_requests;
   int steps = 2;
+  unsigned threads = 0;  ///< the placements' threads (`run_placements`): 0 the hardware's, at most 8
 };
 
 /// A map of 64-bit keys (never ~0) to values, open addressing with linear probing: the
