@@ -772,6 +772,12 @@ TEST_CASE("cli: replay's file errors name its flag, not the library's field") {
             .starts_with("vramfit: error: --trace: 'hf_steps.jsonl' has no row of kind \"trace\""));
   CHECK(error({"replay", "--data", trace_file("libtorch_real_traces.jsonl.gz")})
             .starts_with("vramfit: error: --data: "));
+  // A directory opens as a file on Linux and fails at the first read (EISDIR).
+  const std::string data_dir = std::filesystem::path(data_file("hf_steps.jsonl")).parent_path().string();
+  CHECK(error({"replay", "--trace", data_dir}) ==
+        "vramfit: error: --trace: '" + data_dir + "' is a directory; give a JSON-lines file\n");
+  CHECK(error({"replay", "--data", data_dir}) ==
+        "vramfit: error: --data: '" + data_dir + "' is a directory; give a JSON-lines file\n");
 }
 
 TEST_CASE("cli: an endless input is refused, not read forever") {

@@ -148,3 +148,27 @@ TEST_CASE("a gzip-compressed measurements or trace file is refused: gunzip it fi
   std::ofstream(short_path, std::ios::binary) << '\x1f';
   CHECK(message([&] { (void)load_trace(short_path); }).find("gzip") == std::string::npos);
 }
+
+// read_line reads through the stream buffer: an error the buffer throws (libstdc++'s filebuf on a
+// read that fails, as on a directory) is an InvalidInput naming the line, not an escaping
+// std::ios_base::failure (exit 1). The buffer here stands in for such a file.
+TEST_CASE("a read error is bad input naming the line; a line over the bound is refused") {
+  struct FailingBuffer : std::streambuf {
+    int_type underflow() override { throw std::ios_base::failure("read failed"); }
+  };
+  FailingBuffer failing;
+  std::istream broken(&failing);
+  std::string text;
+  CHECK(test::field_of([&] { (void)read_line(broken, text, "rows.jsonl:1"); }) == "rows.jsonl:1");
+  CHECK(broken.bad());
+
+  std::istringstream two("a\nb");
+  CHECK(read_line(two, text, "two:1"));
+  CHECK(text == "a");
+  CHECK(read_line(two, text, "two:2"));
+  CHECK(text == "b");
+  CHECK(!read_line(two, text, "two:3"));
+
+  std::istringstream endless(std::string(max_line_bytes + 1, 'x'));
+  CHECK(test::field_of([&] { (void)read_line(endless, text, "long:1"); }) == "long:1");
+}

@@ -102,7 +102,13 @@ inline bool read_line(std::istream& in, std::string& text, const std::string& wh
   text.clear();
   std::streambuf& buffer = *in.rdbuf();
   for (;;) {
-    const int c = buffer.sbumpc();
+    int c = 0;
+    try {  // std::getline catches a stream buffer's error (a directory's read: EISDIR); so does this
+      c = buffer.sbumpc();
+    } catch (const std::exception& e) {
+      in.setstate(std::ios::badbit);
+      throw InvalidInput(where, std::string("cannot read it: ") + e.what());
+    }
     if (c == std::char_traits<char>::eof()) {
       in.setstate(std::ios::eofbit);
       return !text.empty();
@@ -200,10 +206,13 @@ inline Measurements parse_measurements(std::istream& in, const std::string& sour
   return out;
 }
 
-/// Opens a JSON-lines file; `InvalidInput` on `field` when it cannot be opened, or when it is
+/// Opens a JSON-lines file; `InvalidInput` on `field` when it is a directory or cannot be opened, or when it is
 /// gzip-compressed (it starts with gzip's magic bytes 1f 8b; vramfit reads no gzip, and parsing
 /// would stop at the first byte with "not JSON").
 inline std::ifstream open_jsonl(const std::filesystem::path& path, std::string_view field) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InvalidInput(field, "'" + path.string() + "' is a directory; give a JSON-lines file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InvalidInput(field, "cannot open '" + path.string() + "'");
   char magic[2] = {};
