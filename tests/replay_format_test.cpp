@@ -159,16 +159,16 @@ TEST_CASE("a read error is bad input naming the line; a line over the bound is r
   FailingBuffer failing;
   std::istream broken(&failing);
   std::string text;
-  CHECK(test::field_of([&] { (void)read_line(broken, text, "rows.jsonl:1"); }) == "rows.jsonl:1");
+  CHECK(test::field_of([&] { (void)read_line(broken, text, "rows.jsonl", 1); }) == "rows.jsonl:1");
   CHECK(broken.bad());
 
   std::istringstream two("a\nb");
-  CHECK(read_line(two, text, "two:1"));
+  CHECK(read_line(two, text, "two", 1));
   CHECK(text == "a");
-  CHECK(read_line(two, text, "two:2"));
+  CHECK(read_line(two, text, "two", 2));
   CHECK(text == "b");
-  CHECK(!read_line(two, text, "two:3"));
+  CHECK(!read_line(two, text, "two", 3));
 
   std::istringstream endless(std::string(max_line_bytes + 1, 'x'));
-  CHECK(test::field_of([&] { (void)read_line(endless, text, "long:1"); }) == "long:1");
+  CHECK(test::field_of([&] { (void)read_line(endless, text, "long", 1); }) == "long:1");
 }

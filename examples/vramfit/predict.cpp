@@ -54,8 +54,7 @@ public:
     fmt::print(out, "basis:  {}\n", basis(e));
     // The estimate's peak and required (the simulation's where one ran), then the closed form's
     // breakdown: its own peak and required would contradict the --json figures.
-    fmt::print(out, "\nstack:     {}\npeak:      {} allocated, in the {} ({})\nrequired:  {} with the allocator's margin\n\n{}",
-               to_string(e.stack), e.peak, e.phase_words(), to_string(e.method), e.required, breakdown_table(p));
+    fmt::print(out, "\nstack:     {}\n{}\n{}", to_string(e.stack), headline(e), breakdown_table(p));
     if (e.simulation)
       fmt::print(out,
                  "\nallocator simulation of the recorded {} step ({} requests): peak {} in the {}\n"

@@ -541,6 +541,13 @@ inline VariedLengthsEstimate estimate_varied_lengths(const ModelShape& model, co
   return out;
 }
 
+/// The estimate's first lines, as `fmt::print("{}", e)` and `vramfit predict` print them: the peak
+/// with its phase and method, and what a budget must cover.
+inline std::string headline(const Estimate& e) {
+  return fmt::format("peak:      {} allocated, in the {} ({})\nrequired:  {} with the allocator's margin\n", e.peak,
+                     e.phase_words(), to_string(e.method), e.required);
+}
+
 }  // namespace vramfit
 
 /// `fmt::print("{}", verdict)`: the reserved peak and whether the run fits the budget (where it ran
@@ -571,10 +578,7 @@ template <>
 struct fmt::formatter<vramfit::Estimate> : vramfit::detail::NoFormatSpec {
 
   auto format(const vramfit::Estimate& e, format_context& ctx) const -> decltype(ctx.out()) {
-    auto out = fmt::format_to(ctx.out(), "peak:      {} allocated, in the {} ({})\n", e.peak, e.phase_words(),
-                              vramfit::to_string(e.method));
-    out = fmt::format_to(out, "required:  {} with the allocator's margin\n", e.required);
-    out = fmt::format_to(out, "basis:     {}\n", vramfit::basis(e));
+    auto out = fmt::format_to(ctx.out(), "{}basis:     {}\n", vramfit::headline(e), vramfit::basis(e));
     if (e.verdict) out = fmt::format_to(out, "{}", *e.verdict);
     if (e.simulation)
       out = fmt::format_to(out, "method:    the recorded {} step program through the allocator model ({} requests, "
@@ -583,8 +587,6 @@ struct fmt::formatter<vramfit::Estimate> : vramfit::detail::NoFormatSpec {
                            e.closed_form.peak);
     else
       out = fmt::format_to(out, "method:    closed form; no allocator simulation: {}\n", e.no_simulation);
-    const std::string table = vramfit::breakdown_table(e.closed_form);
-    out = fmt::format_to(out, "\n");
-    return std::copy(table.begin(), table.end(), out);
+    return fmt::format_to(out, "\n{}", vramfit::breakdown_table(e.closed_form));
   }
 };

@@ -96,9 +96,11 @@ inline std::string optional_string(const nlohmann::json& row, const char* key, c
 /// input is no file vramfit wrote, and without a bound `/dev/zero` or a pipe would be read forever.
 inline constexpr std::size_t max_line_bytes = std::size_t{16} << 20;
 
-/// std::getline with a bound: reads the next line of `in` into `text` (no '\n'); false at the end
-/// of the input with nothing read. A line over `max_line_bytes` is an `InvalidInput` on `where`.
-inline bool read_line(std::istream& in, std::string& text, const std::string& where) {
+/// std::getline with a bound: reads line `line` of `source` from `in` into `text` (no '\n'); false
+/// at the end of the input with nothing read. A line over `max_line_bytes`, or a read error, is an
+/// `InvalidInput` on "<source>:<line>" (built only then: this runs per line).
+inline bool read_line(std::istream& in, std::string& text, const std::string& source, std::size_t line) {
+  const auto where = [&] { return source + ":" + std::to_string(line); };
   text.clear();
   std::streambuf& buffer = *in.rdbuf();
   for (;;) {
@@ -107,7 +109,7 @@ inline bool read_line(std::istream& in, std::string& text, const std::string& wh
       c = buffer.sbumpc();
     } catch (const std::exception& e) {
       in.setstate(std::ios::badbit);
-      throw InvalidInput(where, std::string("cannot read it: ") + e.what());
+      throw InvalidInput(where(), std::string("cannot read it: ") + e.what());
     }
     if (c == std::char_traits<char>::eof()) {
       in.setstate(std::ios::eofbit);
@@ -115,7 +117,7 @@ inline bool read_line(std::istream& in, std::string& text, const std::string& wh
     }
     if (c == '\n') return true;
     if (text.size() == max_line_bytes)
-      throw InvalidInput(where, "a line longer than 16 MiB: not a JSON-lines file vramfit reads");
+      throw InvalidInput(where(), "a line longer than 16 MiB: not a JSON-lines file vramfit reads");
     text.push_back(static_cast<char>(c));
   }
 }
@@ -167,7 +169,7 @@ inline Measurements parse_measurements(std::istream& in, const std::string& sour
   Measurements out;
   std::string text;
   std::size_t line = 0;
-  while (read_line(in, text, source + ":" + std::to_string(line + 1))) {
+  while (read_line(in, text, source, line + 1)) {
     ++line;
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = source + ":" + std::to_string(line);
@@ -259,7 +261,7 @@ struct TraceReplay {
 inline AllocatorTrace load_trace(std::istream& in, const std::string& source, std::string_view field = "trace") {
   std::string text;
   std::size_t line = 0;
-  while (detail::read_line(in, text, source + ":" + std::to_string(line + 1))) {
+  while (detail::read_line(in, text, source, line + 1)) {
     ++line;
     const std::string where = source + ":" + std::to_string(line);
     const nlohmann::json row = detail::parse_row(text, where);
