@@ -39,6 +39,7 @@ constexpr TrialFile trial_files[] = {
     {"trials_13c.jsonl", Stack::hf_peft},
     {"trials_13_libtorch.jsonl", Stack::libtorch},
     {"trials_13_libtorch_rerun.jsonl", Stack::libtorch},
+    {"trials_13_h200.jsonl", Stack::libtorch},
 };
 
 // Simulated verdicts that a measured trial contradicts, each on the safe side (the simulation says

@@ -27,8 +27,8 @@ namespace {
 // The files of measured loops (trial rows with "lengths"; hf_harness.py --trials on
 // tests/validation/loops_13.json, on an H100). The rerun repeats, alone on the card, the loops that
 // ran out of the card's memory rather than the budget (other trials held it); those rows are not
-// replayed, nor are the 80 GiB loops, whose limit the 80 GB card could not give.
-constexpr std::array<const char*, 2> loop_files{"loops_13.jsonl", "loops_13_rerun.jsonl"};
+// replayed. The 80 GiB loops, whose limit the 80 GB card could not give, ran on the H200 (_h200).
+constexpr std::array<const char*, 3> loop_files{"loops_13.jsonl", "loops_13_rerun.jsonl", "loops_13_h200.jsonl"};
 
 Step lora_step(std::uint64_t batch, std::uint64_t seq) {
   Step s;
