@@ -844,6 +844,31 @@ TEST_CASE("cli: max-batch answers by the verdict and lists smaller batches that 
   CHECK(j["prediction"]["verdict"]["fits"] == true);
 }
 
+// Trials 17 to 20 of trials_13_libtorch_rerun.jsonl: batch 8 ran in a fresh process; at other
+// segment placements the simulation runs out (estimate_test.cpp).
+TEST_CASE("cli: a borderline batch is named as such by predict and max-batch") {
+  const std::vector<std::string> step = {"--model", "Llama-3.2-1B", "--mode", "full", "--grad-ckpt", "--seq", "2048",
+                                         "--stack", "libtorch", "--budget", "24GiB"};
+  const auto with = [&](std::string command, std::initializer_list<std::string> rest) {
+    std::vector<std::string> args{std::move(command)};
+    args.insert(args.end(), step.begin(), step.end());
+    args.insert(args.end(), rest);
+    return args;
+  };
+  nlohmann::json j = json_object(succeeds(0, with("max-batch", {"--json"})));
+  CHECK(j["max_batch"] == 7);
+  CHECK(j["borderline_above"] == nlohmann::json::array({8}));
+  holds(succeeds(0, with("max-batch", {})).out, {"max batch: 7", "borderline: batch 8 runs in a fresh process"});
+  j = json_object(succeeds(3, with("predict", {"--batch", "8", "--json"})));
+  CHECK(j["fits"] == false);
+  CHECK(j["verdict"]["fits_fresh_process"] == true);
+  CHECK(j["verdict"]["reserved_peak_fresh_process_bytes"] == 25537019904ULL);
+  holds(succeeds(3, with("predict", {"--batch", "8"})).out,
+        {"at every segment placement (borderline)", "a fresh process runs it"});
+  j = json_object(succeeds(3, with("predict", {"--batch", "9", "--json"})));
+  CHECK(j["verdict"]["fits_fresh_process"] == false);
+}
+
 TEST_CASE("cli: --alloc-conf and --gpu refuse bad values, exit 2 naming the flag") {
   fails_naming("--alloc-conf", on_small("predict", {"--alloc-conf", "expandable_segment:True"}));
   fails_naming("--alloc-conf", on_small("max-batch", {"--alloc-conf", "roundup_power2_divisions:4", "--budget", "8GiB"}));

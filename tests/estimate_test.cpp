@@ -1,9 +1,12 @@
-// estimate.hpp's searches: max_batch and max_seq say when their answer is the search's own limit.
+// estimate.hpp's searches and verdicts: max_batch and max_seq say when their answer is the search's own limit;
+// a verdict that depends on where segments are placed says so (fits_fresh_process).
 #include <doctest/doctest.h>
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "vramfit/estimate.hpp"
 #include "vramfit/presets.hpp"
@@ -85,7 +88,8 @@ TEST_CASE("an estimate's figures do not depend on its simulation threads") {
   CHECK(detail::simulation_threads(0) <= 8);
   const ModelShape m = *find_preset("SmolLM2-135M");
   const Step s{.batch = 2, .seq = 1024};
-  RunContext many, one{.simulation_threads = 1};
+  RunContext many, one;
+  one.simulation_threads = 1;
   many.budget = one.budget = 6_GiB;
   const Estimate a = estimate(m, s, Stack::hf_peft, many), b = estimate(m, s, Stack::hf_peft, one);
   REQUIRE(a.method == Method::allocator_simulation);
@@ -95,4 +99,59 @@ TEST_CASE("an estimate's figures do not depend on its simulation threads") {
   CHECK(a.verdict->fits == b.verdict->fits);
   CHECK(a.verdict->reserved_peak == b.verdict->reserved_peak);
   CHECK(fit_verdict(m, s, Budget(6_GiB), Stack::hf_peft, one).reserved_peak == a.verdict->reserved_peak);
+}
+
+// Trials 17 to 20 of trials_13_libtorch_rerun.jsonl (fresh processes, the probe under 24 GiB): batches
+// 6 to 8 ran, 9 ran out. At 8 the placements a fresh process gets run (their reserved peak is the
+// measured 25,537,019,904 B) and ascending and most scattered ones run out: borderline.
+TEST_CASE("a run that fits in a fresh process but not at every segment placement is borderline") {
+  const ModelShape m = *find_preset("Llama-3.2-1B");
+  Step s;
+  s.batch = 8;
+  s.mode = Mode::full;
+  s.gradient_checkpointing = true;
+  const Budget budget(24_GiB);
+  const BudgetVerdict v = fit_verdict(m, s, budget, Stack::libtorch);
+  REQUIRE(v.method == Method::allocator_simulation);
+  CHECK_FALSE(v.fits);
+  CHECK(v.fits_fresh_process);
+  CHECK(v.reserved_peak_fresh_process == Bytes(25537019904ULL));
+  REQUIRE(v.oom.has_value());  // where another placement ran out
+  CHECK(v.reserved_peak >= v.reserved_peak_fresh_process);
+  const SearchResult found = max_batch(m, s, budget, Stack::libtorch);
+  CHECK(found.value == 7);
+  CHECK(found.borderline_above == std::vector<std::uint64_t>{8});
+  for (const auto& [batch, fresh] : {std::pair{7ULL, true}, std::pair{9ULL, false}}) {
+    CAPTURE(batch);
+    s.batch = batch;
+    const BudgetVerdict w = fit_verdict(m, s, budget, Stack::libtorch);
+    CHECK(w.fits == fresh);
+    CHECK(w.fits_fresh_process == fresh);
+  }
+  // The closed form has no placements: both verdicts are `required` within the budget.
+  s.precision = Precision::fp32;
+  for (const Budget b : {Budget(1_GiB), huge}) {
+    const BudgetVerdict c = fit_verdict(m, s, b, Stack::libtorch);
+    REQUIRE(c.method == Method::closed_form);
+    CHECK(c.fits == c.fits_fresh_process);
+  }
+}
+
+// With expandable segments placement does not matter: one run, which is the fresh process's too.
+TEST_CASE("with expandable segments the one placement decides both verdicts") {
+  CHECK(detail::fresh_process_placements(true) == 1);
+  CHECK(detail::fresh_process_placements(false) == 6);  // descending and the driver's at five headrooms
+  const ModelShape m = *find_preset("SmolLM2-135M");
+  Step s;
+  s.batch = 10;
+  s.seq = 4096;
+  s.gradient_checkpointing = true;
+  RunContext c;
+  c.alloc_conf.expandable_segments = true;
+  for (const Bytes b : {Bytes(4_GiB), Bytes(40_GiB)}) {
+    const BudgetVerdict v = fit_verdict(m, s, Budget(b), Stack::hf_peft, c);
+    REQUIRE(v.method == Method::allocator_simulation);
+    CHECK(v.fits == v.fits_fresh_process);
+    CHECK(v.reserved_peak == v.reserved_peak_fresh_process);
+  }
 }

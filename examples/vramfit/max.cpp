@@ -49,6 +49,7 @@ public:
       found.capped = true;
       found.at = estimate(model.shape, model.at(step.batch, found.value), flags_.stack, flags_.context());
       std::erase_if(found.oom_below, [&](std::uint64_t v) { return v >= found.value; });
+      found.borderline_above.clear();  // past the window: not modelled
     }
     const std::uint64_t best = found.value;
     (search_batch_ ? step.batch : step.seq) = best == 0 ? 1 : best;  // the step of `found.at`
@@ -61,6 +62,7 @@ public:
       j["capped"] = found.capped;
       j["provenance"] = provenance_json<nlohmann::ordered_json>(at);
       j["oom_below"] = found.oom_below;  // smaller values that run out of memory under the budget
+      j["borderline_above"] = found.borderline_above;  // larger values that fit in a fresh process only
       j["prediction"] = nlohmann::json(at);
       j["stack"] = to_string(at.stack);
       j["model"] = model_json(model);
@@ -84,6 +86,11 @@ public:
       if (!found.oom_below.empty())
         fmt::print(out, "  smaller {} values that run out of memory under this budget: {}\n", what,
                    fmt::join(found.oom_below, ", "));
+      if (!found.borderline_above.empty())
+        fmt::print(out,
+                   "  borderline: {} {} runs in a fresh process (the GPU driver's segment placements) but out of "
+                   "memory at another placement\n",
+                   what, fmt::join(found.borderline_above, ", "));
       if (window_capped)
         fmt::print(out, "  (capped below the config's sliding window of {} tokens, which vramfit does not model; "
                         "longer sequences may fit)\n", *model.sliding_window);

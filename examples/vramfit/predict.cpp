@@ -76,12 +76,17 @@ public:
                    v.reserved_peak <= *budget ? *budget - v.reserved_peak : Bytes{});
       else
         fmt::print(out,
-                   "does not fit the budget of {}: OUT OF MEMORY in {}{}: tried to allocate {}; {} allocated by "
+                   "does not fit the budget of {}{}: OUT OF MEMORY in {}{}{}: tried to allocate {}; {} allocated by "
                    "PyTorch, {} reserved but unallocated\nreserved at most {} before that (without a limit the "
                    "allocated peak is {})\n",
-                   budget_text(*budget), v.oom->step == 0 ? "the " : fmt::format("step {}'s ", v.oom->step),
-                   v.oom->phase, v.oom->tried_to_allocate, v.oom->allocated, v.oom->reserved_unallocated,
-                   v.reserved_peak, e.peak);
+                   budget_text(*budget), v.fits_fresh_process ? " at every segment placement (borderline)" : "",
+                   v.oom->step == 0 ? "the " : fmt::format("step {}'s ", v.oom->step), v.oom->phase,
+                   v.fits_fresh_process ? " at a placement other than a fresh process's" : "",
+                   v.oom->tried_to_allocate, v.oom->allocated, v.oom->reserved_unallocated, v.reserved_peak, e.peak);
+      if (!v.fits && v.fits_fresh_process)
+        fmt::print(out,
+                   "a fresh process runs it at the GPU driver's segment placements; one that freed memory before its "
+                   "steps may place segments otherwise and run out\n");
     } else if (budget) {
       if (fits)
         fmt::print(out, "\nfits the budget of {}: requires {}, headroom {}\n", budget_text(*budget), e.required,
@@ -116,6 +121,7 @@ private:
                              {"reserved_peak_bytes", v.loop->reserved_peak.count()}};
       if (v.verdict) {
         loop["fits"] = v.verdict->fits;
+        loop["fits_fresh_process"] = v.verdict->fits_fresh_process;
         loop["reserved_peak_under_budget_bytes"] = v.verdict->reserved_peak.count();
         j["fits"] = v.verdict->fits;
       }
@@ -141,7 +147,8 @@ private:
       if (v.verdict->fits)
         fmt::print(out, "fits the budget of {} ({})\n", budget_text(*budget), how);
       else if (v.verdict->oom)
-        fmt::print(out, "does not fit the budget of {}: OUT OF MEMORY in step {}'s {} ({})\n", budget_text(*budget),
+        fmt::print(out, "does not fit the budget of {}{}: OUT OF MEMORY in step {}'s {} ({})\n", budget_text(*budget),
+                   v.verdict->fits_fresh_process ? " (borderline: a fresh process's segment placements run it)" : "",
                    v.verdict->oom->step, v.verdict->oom->phase, how);
       else
         fmt::print(out, "does not fit the budget of {} ({})\n", budget_text(*budget), how);

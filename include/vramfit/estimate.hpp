@@ -83,9 +83,14 @@ struct OutOfMemory {
 /// limit where a program applies, else the closed form's `required` within the budget.
 struct BudgetVerdict {
   Bytes budget{};                   ///< what the caching allocator may reserve
-  bool fits = false;
+  bool fits = false;  ///< simulation: at every segment placement simulated; closed form: required within
+  /// Simulation: at every placement the GPU driver gives a fresh process (as the validation's
+  /// trials ran). True where `fits` is false: whether the run fits depends on where segments are
+  /// placed, as in a process that freed memory before its steps; the closed form: `fits`.
+  bool fits_fresh_process = false;
   Method method = Method::closed_form;
   Bytes reserved_peak{};            ///< simulation: the most reserved over the steps (0 with the closed form)
+  Bytes reserved_peak_fresh_process{};  ///< simulation: the same at the fresh process's placements
   bool pressed = false;             ///< simulation: the limit refused a segment (caches were released)
   std::optional<OutOfMemory> oom{}; ///< simulation: where it ran out of memory
 };
@@ -190,11 +195,14 @@ struct StackDefinition {
 };
 
 inline BudgetVerdict closed_form_verdict(Bytes required, Bytes budget) {
-  return BudgetVerdict{.budget = budget, .fits = required <= budget, .method = Method::closed_form};
+  return BudgetVerdict{.budget = budget, .fits = required <= budget, .fits_fresh_process = required <= budget,
+                       .method = Method::closed_form};
 }
 inline BudgetVerdict to_verdict(const PlacementVerdict& v, Bytes budget) {
-  BudgetVerdict out{.budget = budget, .fits = v.fits, .method = Method::allocator_simulation,
-                    .reserved_peak = v.reserved_peak, .pressed = v.pressed};
+  BudgetVerdict out{.budget = budget, .fits = v.fits, .fits_fresh_process = v.fits_fresh_process,
+                    .method = Method::allocator_simulation,
+                    .reserved_peak = v.reserved_peak, .reserved_peak_fresh_process = v.reserved_peak_fresh_process,
+                    .pressed = v.pressed};
   if (v.oom)
     out.oom = OutOfMemory{.requested = Bytes(v.oom->requested), .tried_to_allocate = Bytes(v.oom->tried_to_allocate),
                           .allocated = Bytes(v.oom->allocated),
@@ -335,6 +343,9 @@ struct SearchResult {
   /// Smaller values that would run out of memory under the budget (the simulation's verdict is not
   /// monotone: a smaller batch can split segments worse), ascending.
   std::vector<std::uint64_t> oom_below{};
+  /// Values just above `value` that a fresh process runs (`BudgetVerdict::fits_fresh_process`) but
+  /// that run out at another segment placement: borderline, ascending (most often none).
+  std::vector<std::uint64_t> borderline_above{};
 };
 
 namespace detail {
@@ -424,6 +435,11 @@ inline SearchResult refine_search(const ModelShape& model, Step step, Budget bud
     if (!e) continue;
     if (!e->verdict->fits) out.oom_below.insert(out.oom_below.begin(), v);
     else if (!e->verdict->pressed) break;  // ran without reaching the limit: smaller values ask less
+  }
+  for (std::uint64_t v = fit + 1; v <= limit; ++v) {
+    const auto it = seen.find(v);
+    if (it == seen.end() || !it->second || !it->second->verdict->fits_fresh_process) break;
+    out.borderline_above.push_back(v);
   }
   out.value = fit;
   out.capped = fit == limit;  // the answer is the limit itself, whatever the closed form proposed
@@ -535,7 +551,7 @@ inline VariedLengthsEstimate estimate_varied_lengths(const ModelShape& model, co
       }
     } else if (context.budget) {
       out.verdict = out.longest.verdict;
-      if (out.peak > *context.budget) out.verdict->fits = false;
+      if (out.peak > *context.budget) out.verdict->fits = out.verdict->fits_fresh_process = false;
     }
   });
   return out;
@@ -564,10 +580,12 @@ struct fmt::formatter<vramfit::BudgetVerdict> : vramfit::detail::NoFormatSpec {
     if (v.fits) return fmt::format_to(out, "budget:    {} for the allocator: fits (no out of memory)\n", v.budget);
     const vramfit::OutOfMemory& o = *v.oom;
     return fmt::format_to(out,
-                          "budget:    {} for the allocator: OUT OF MEMORY in {} {}: tried to allocate {}; {} "
+                          "budget:    {} for the allocator: {}OUT OF MEMORY in {} {}{}: tried to allocate {}; {} "
                           "allocated, {} reserved but unallocated\n",
-                          v.budget, o.step == 0 ? "the" : fmt::format("step {}'s", o.step), o.phase,
-                          o.tried_to_allocate, o.allocated, o.reserved_unallocated);
+                          v.budget, v.fits_fresh_process ? "borderline: fits in a fresh process, " : "",
+                          o.step == 0 ? "the" : fmt::format("step {}'s", o.step), o.phase,
+                          v.fits_fresh_process ? " at another segment placement" : "", o.tried_to_allocate,
+                          o.allocated, o.reserved_unallocated);
   }
 };
 

@@ -193,11 +193,16 @@ Json provenance_json(const Estimate& e) {
   return j;
 }
 
-/// The decision under a budget: fits, how, the simulated reserved peak, and an OOM's figures.
+/// The decision under a budget: fits, how, whether a fresh process fits (simulation), the simulated
+/// reserved peak, and an OOM's figures.
 template <class Json>
 void to_json(Json& j, const BudgetVerdict& v) {
   j = {{"budget_bytes", v.budget.count()}, {"fits", v.fits}, {"method", to_string(v.method)}};
-  if (v.method == Method::allocator_simulation) j["reserved_peak_bytes"] = v.reserved_peak.count();
+  if (v.method == Method::allocator_simulation) {
+    j["fits_fresh_process"] = v.fits_fresh_process;
+    j["reserved_peak_bytes"] = v.reserved_peak.count();
+    j["reserved_peak_fresh_process_bytes"] = v.reserved_peak_fresh_process.count();
+  }
   if (v.oom)
     j["oom"] = {{"step", v.oom->step},
                 {"phase", v.oom->phase},

@@ -75,7 +75,8 @@ TEST_CASE("fits (hf-peft 24 layers)", "[simulate]") {
   };
   // One thread (RunContext::simulation_threads = 1): the cost to a caller that runs estimates in
   // parallel itself.
-  const vramfit::RunContext one_thread{.simulation_threads = 1};
+  vramfit::RunContext one_thread;
+  one_thread.simulation_threads = 1;
   BENCHMARK("fit_verdict, one thread: Qwen2.5-0.5B LoRA q,k,v,o seq 4096, 24 GiB") {
     return vramfit::fit_verdict(qwen, lora, b24, vramfit::Stack::hf_peft, one_thread).fits;
   };

@@ -97,16 +97,36 @@ inline ProgramDims program_dims(const ModelShape& m, const Step& s) {
                      .rank = s.mode == Mode::lora ? s.lora.rank : 0};
 }
 
+/// The order the placements run in: `peaks` ascending, descending, the driver's, the scattered
+/// ones; `fresh_process_first` the placements the GPU driver gives a fresh process (descending and
+/// the driver's, `fresh_process_placements`) before ascending and the scattered ones, so that a
+/// verdict knows whether the run fits in a fresh process before it tries the others.
+enum class PlacementOrder : std::uint8_t { peaks, fresh_process_first };
+
+/// How many placements `fresh_process_first` runs first: descending and the driver's at each
+/// headroom, the orders that reproduce the recorded traces of fresh processes to the byte
+/// (tests/validation/README.md#segment-placement); with expandable segments the one run.
+constexpr std::size_t fresh_process_placements(bool expandable) {
+  return expandable ? 1 : 2 + CachingAllocatorModel::kDriverHeadroomMax / CachingAllocatorModel::kDriverHeadroomStep;
+}
+
 /// Calls `run(order, headroom)` for every segment placement the simulation considers
 /// (`CachingAllocatorModel::AddressOrder`): ascending, descending, the driver's at each of its
-/// headrooms and the scattered ones, until `run` answers false. With expandable segments the
-/// placement of segments does not matter (one address range per pool): one run.
+/// headrooms and the scattered ones (in `order`), until `run` answers false. With expandable
+/// segments the placement of segments does not matter (one address range per pool): one run.
 template <class F>
-void for_each_placement(bool expandable, F&& run) {
+void for_each_placement(bool expandable, F&& run, PlacementOrder order = PlacementOrder::peaks) {
   using Order = CachingAllocatorModel::AddressOrder;
-  if (!run(Order::ascending, 0) || expandable || !run(Order::descending, 0)) return;
+  const bool fresh_first = order == PlacementOrder::fresh_process_first;
+  if (!fresh_first && !run(Order::ascending, 0)) return;
+  if (expandable) {
+    if (fresh_first) run(Order::ascending, 0);
+    return;
+  }
+  if (!run(Order::descending, 0)) return;
   for (std::uint64_t h = 0; h <= CachingAllocatorModel::kDriverHeadroomMax; h += CachingAllocatorModel::kDriverHeadroomStep)
     if (!run(Order::driver, h)) return;
+  if (fresh_first && !run(Order::ascending, 0)) return;
   for (std::uint64_t seed = 1; seed <= CachingAllocatorModel::kScatteredPlacements; ++seed)
     if (!run(Order::scattered, seed)) return;
 }
@@ -124,13 +144,16 @@ inline unsigned simulation_threads(unsigned requested = 0) {
 /// one that `stops` (answers true for) are not needed and may be skipped.
 template <class Fold, class Stops>
 void run_placements(const ProgramOps& ops, Bytes held, bool empty_cache_after_build, const ProgramRunOptions& options,
-                    bool expandable, Fold&& fold, Stops&& stops) {
+                    bool expandable, Fold&& fold, Stops&& stops, PlacementOrder order = PlacementOrder::peaks) {
   using Order = CachingAllocatorModel::AddressOrder;
   std::vector<std::pair<Order, std::uint64_t>> placements;
-  for_each_placement(expandable, [&](Order order, std::uint64_t h) {
-    placements.emplace_back(order, h);
-    return true;
-  });
+  for_each_placement(
+      expandable,
+      [&](Order o, std::uint64_t h) {
+        placements.emplace_back(o, h);
+        return true;
+      },
+      order);
   struct Result {
     ProgramPeaks peaks;
     std::exception_ptr error;
@@ -219,15 +242,36 @@ inline std::vector<std::uint64_t> held_requests(Bytes held) {
   return out;
 }
 
-/// The run under a limit: whether every placement ran the build and `steps` steps, the most
-/// reserved, and at the first placement that did not, the request that failed and where.
+/// The run under a limit: whether every placement ran the build and `steps` steps, whether those
+/// a fresh process gets did, the most reserved, and at the first placement that did not, the
+/// request that failed and where. The placements run `PlacementOrder::fresh_process_first`.
 struct PlacementVerdict {
   bool fits = true;
+  /// Every placement of a fresh process (`fresh_process_placements`) ran: false only where one of
+  /// them ran out. `fits` false with this true: the run fits or not by where the driver puts segments.
+  bool fits_fresh_process = true;
   Bytes reserved_peak;  ///< over the steps, the largest of the placements run
+  Bytes reserved_peak_fresh_process;  ///< the same over the fresh process's placements
   std::optional<CachingAllocatorModel::OutOfMemory> oom;
   std::string_view oom_phase;  ///< build, forward, backward, optimizer, zero_grad
   int oom_step = 0;            ///< 0: the build
   bool pressed = false;        ///< the limit refused a segment somewhere (caches were released)
+  std::size_t placements = 0;  ///< placements folded in
+
+  /// Folds in the next placement's run (in `fresh_process_first` order); false once one ran out.
+  bool add(const ProgramPeaks& p, bool expandable) {
+    const bool fresh = placements++ < fresh_process_placements(expandable);
+    reserved_peak = max(reserved_peak, p.reserved_peak);
+    if (fresh) reserved_peak_fresh_process = max(reserved_peak_fresh_process, p.reserved_peak);
+    pressed = pressed || p.limit_refusals > 0;
+    if (!p.oom) return true;
+    fits = false;
+    fits_fresh_process = !fresh;
+    oom = p.oom;
+    oom_phase = enum_name(p.oom_phase);
+    oom_step = p.oom_step;
+    return false;
+  }
 };
 
 /// Runs `program` under `limit` bytes (c10's allowed_memory_maximum) and `conf` at every placement
@@ -242,18 +286,10 @@ inline PlacementVerdict simulate_under_limit(const ProgramOps& ops, Bytes held, 
   options.steps = steps;
   options.threads = threads;
   PlacementVerdict out;
-  const auto fold = [&](const ProgramPeaks& p) {
-    out.reserved_peak = max(out.reserved_peak, p.reserved_peak);
-    out.pressed = out.pressed || p.limit_refusals > 0;
-    if (!p.oom) return true;
-    out.fits = false;
-    out.oom = p.oom;
-    out.oom_phase = enum_name(p.oom_phase);
-    out.oom_step = p.oom_step;
-    return false;
-  };
-  run_placements(ops, held, empty_cache_after_build, options, conf.expandable_segments, fold,
-                 [](const ProgramPeaks& p) { return p.oom.has_value(); });
+  run_placements(
+      ops, held, empty_cache_after_build, options, conf.expandable_segments,
+      [&](const ProgramPeaks& p) { return out.add(p, conf.expandable_segments); },
+      [](const ProgramPeaks& p) { return p.oom.has_value(); }, PlacementOrder::fresh_process_first);
   return out;
 }
 
@@ -288,17 +324,11 @@ inline LoopPeaks simulate_loop(const ProgramOps& ops, std::size_t steps, Bytes h
       out.phase = enum_name(p.steady_phase);
     }
     out.reserved_peak = max(out.reserved_peak, p.reserved_peak);
-    out.verdict.reserved_peak = out.reserved_peak;
-    out.verdict.pressed = out.verdict.pressed || p.limit_refusals > 0;
-    if (!p.oom) return true;
-    out.verdict.fits = false;
-    out.verdict.oom = p.oom;
-    out.verdict.oom_phase = enum_name(p.oom_phase);
-    out.verdict.oom_step = p.oom_step;
-    return false;
+    return out.verdict.add(p, conf.expandable_segments);
   };
   run_placements(ops, held, false, options, conf.expandable_segments, fold,
-                 [](const ProgramPeaks& p) { return p.oom.has_value(); });
+                 [](const ProgramPeaks& p) { return p.oom.has_value(); },
+                 limit ? PlacementOrder::fresh_process_first : PlacementOrder::peaks);
   return out;
 }
 inline LoopPeaks simulate_loop(const StepProgram& program, const ModelShape& m, const Step& s, Bytes held,
