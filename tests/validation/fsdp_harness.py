@@ -28,6 +28,13 @@ Run it on one host with torchrun:
     torchrun --standalone --nproc-per-node 2 tests/validation/fsdp_harness.py --out x.jsonl \\
         --backend gloo --device cpu --arms tiny_arms.json                           # plumbing, no GPU
     python3 tests/validation/fsdp_harness.py --out x.jsonl --list                   # arms, no torch
+    python3 tests/validation/fsdp_harness.py --out x.jsonl --backend fake --world-size 8 \
+        --arms tests/validation/fsdp_fake_arms.json                                 # rank 0 of 8, one GPU
+
+With --backend fake (PyTorch's fake process group) one process is rank 0 of --world-size ranks on
+one GPU: real CUDA tensors, collectives that return at once (their outputs hold whatever memory
+they were given), FSDP2's all-gather and reduce-scatter buffers still allocated. What it cannot
+show: NCCL's own buffers and the overlap of communication with compute.
 
 Output. Each rank writes its own file, OUT.rank<R>.jsonl, one JSON object per line, flushed as
 it is written: a rank that runs out of memory leaves its row even when the other ranks then hang
@@ -110,7 +117,12 @@ def parse_args(argv):
                         "K divides the world size (default 0: shard over every rank)")
     p.add_argument("--repeats", type=int, default=1, help="run the whole plan N times (default 1)")
     p.add_argument("--quick", action="store_true", help="only the first arm of each model group")
-    p.add_argument("--backend", default="nccl", choices=("nccl", "gloo"), help="process group backend")
+    p.add_argument("--backend", default="nccl", choices=("nccl", "gloo", "fake"),
+                   help="process group backend; fake: PyTorch's fake process group, one process standing for "
+                        "rank 0 of --world-size ranks on one GPU (collectives return at once, FSDP2 still "
+                        "allocates their buffers)")
+    p.add_argument("--world-size", type=int, default=1, metavar="N",
+                   help="with --backend fake: the ranks rank 0 stands among (default 1)")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                    help="cuda (one GPU per rank, LOCAL_RANK) or cpu (plumbing only: no memory statistics)")
     p.add_argument("--timeout-s", type=float, default=600.0,
@@ -133,6 +145,12 @@ def parse_args(argv):
         p.error("--hybrid-shard must be >= 1 (or 0 for none)")
     if args.device == "cpu" and args.backend == "nccl":
         p.error("--device cpu needs --backend gloo")
+    if args.world_size < 1:
+        p.error("--world-size must be >= 1")
+    if args.world_size != 1 and args.backend != "fake":
+        p.error("--world-size is for --backend fake (torchrun sets the world size otherwise)")
+    if args.backend == "fake" and "WORLD_SIZE" in os.environ and os.environ["WORLD_SIZE"] != "1":
+        p.error("--backend fake runs as one process: do not start it under torchrun")
     return args, p
 
 
@@ -205,6 +223,12 @@ def init_distributed(args):
         device = torch.device("cuda", local)
     else:
         device = torch.device("cpu")
+    if args.backend == "fake":
+        # torch.testing._internal.distributed.fake_pg: rank 0 of N in this process, as PyTorch's
+        # test_fake_pg.py and torchtitan's memory estimation run FSDP.
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+        dist.init_process_group(backend="fake", rank=0, world_size=args.world_size, store=FakeStore())
+        return 0, args.world_size, 0, device
     kwargs = {"backend": args.backend, "timeout": timedelta(seconds=args.timeout_s)}
     if args.device == "cuda":
         kwargs["device_id"] = device  # binds NCCL's communicator to this GPU (torch >= 2.3)
@@ -451,10 +475,11 @@ def run(args, arms, rank, world, local, device):
     return path
 
 
-def merge(out, world):
-    """Rank 0: the per-rank files into one, stack rows first, then steps by arm, strategy, repeat, rank."""
+def merge(out, world, ranks):
+    """Rank 0: the per-rank files into one (`ranks` of them: 1 with the fake backend), stack rows
+    first, then steps by arm, strategy, repeat, rank."""
     stacks, steps, ends = [], [], []
-    for r in range(world):
+    for r in range(ranks):
         with open("%s.rank%d.jsonl" % (out, r), "r", encoding="utf-8") as f:
             for line in f:
                 row = json.loads(line)
@@ -474,7 +499,7 @@ def main(argv=None):
     args, parser = parse_args(sys.argv[1:] if argv is None else argv)
     arms = load_arms(args, parser)
     if args.list:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
+        world = args.world_size if args.backend == "fake" else int(os.environ.get("WORLD_SIZE", "1"))
         print(json.dumps({"arms": arms, "runs": [
             {"plan_index": i, "strategy": s, "vramfit_args": vramfit_args(a, s, world, args.hybrid_shard)}
             for i, a in enumerate(arms) for s in args.strategies]}, indent=1))
@@ -491,8 +516,9 @@ def main(argv=None):
         run(args, arms, rank, world, local, device)
         dist.barrier()
         if rank == 0:
-            merge(args.out, world)
-            log(rank, "merged %d rank file(s) into %s" % (world, args.out))
+            ranks = 1 if args.backend == "fake" else world
+            merge(args.out, world, ranks)
+            log(rank, "merged %d rank file(s) into %s" % (ranks, args.out))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
