@@ -258,7 +258,8 @@ struct PlacementVerdict {
   bool pressed = false;        ///< the limit refused a segment somewhere (caches were released)
   std::size_t placements = 0;  ///< placements folded in
 
-  /// Folds in the next placement's run (in `fresh_process_first` order); false once one ran out.
+  /// Folds in the next placement's run; the runs must come in `fresh_process_first` order (the
+  /// first `fresh_process_placements` are a fresh process's). False once one ran out.
   bool add(const ProgramPeaks& p, bool expandable) {
     const bool fresh = placements++ < fresh_process_placements(expandable);
     reserved_peak = max(reserved_peak, p.reserved_peak);
@@ -307,7 +308,7 @@ struct LoopPeaks {
   Bytes peak;               ///< allocated, over the loop's steps
   std::string_view phase;   ///< where `peak` falls
   Bytes reserved_peak;      ///< the most reserved over the steps
-  PlacementVerdict verdict; ///< under `limit` (without one: fits, and no OOM)
+  PlacementVerdict verdict; ///< under `limit` (without one: fits, no OOM, no figures)
 };
 inline LoopPeaks simulate_loop(const ProgramOps& ops, std::size_t steps, Bytes held, const AllocConf& conf,
                                std::optional<std::uint64_t> limit, unsigned threads = 0) {
@@ -324,7 +325,8 @@ inline LoopPeaks simulate_loop(const ProgramOps& ops, std::size_t steps, Bytes h
       out.phase = enum_name(p.steady_phase);
     }
     out.reserved_peak = max(out.reserved_peak, p.reserved_peak);
-    return out.verdict.add(p, conf.expandable_segments);
+    // Without a limit nothing runs out and the placements run in the peaks' order: no verdict.
+    return !limit || out.verdict.add(p, conf.expandable_segments);
   };
   run_placements(ops, held, false, options, conf.expandable_segments, fold,
                  [](const ProgramPeaks& p) { return p.oom.has_value(); },
