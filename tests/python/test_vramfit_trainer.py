@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""Tests of examples/python/vramfit_trainer.py against the built CLI, standard library only (no
+transformers, no torch). The executable: argv[1], else the environment variable VRAMFIT.
+  VRAMFIT=build/vramfit python3 tests/python/test_vramfit_trainer.py
+"""
+import importlib.util
+import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import types
+import unittest
+from unittest import mock
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "python"))
+import vramfit_trainer as vt  # noqa: E402
+
+EXE = sys.argv.pop(1) if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else os.environ.get("VRAMFIT")
+
+# SmolLM2-135M's shape, written as a config.json: not a preset path.
+CONFIG = {"model_type": "llama", "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536,
+          "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+          "tie_word_embeddings": True, "torch_dtype": "bfloat16", "hidden_act": "silu"}
+
+
+def cli(*argv):
+    """The CLI run by hand: (exit status, parsed stdout)."""
+    r = subprocess.run([EXE, *argv, "--json"], capture_output=True, text=True)
+    return r.returncode, json.loads(r.stdout)
+
+
+def fake_model(dtype="torch.bfloat16", peft=None):
+    config = types.SimpleNamespace(to_dict=lambda: dict(CONFIG), _attn_implementation="sdpa")
+    model = types.SimpleNamespace(config=config, dtype=dtype)
+    if peft is not None:
+        model.peft_config = {"default": peft}
+    return model
+
+
+def fake_args(**kw):
+    args = dict(per_device_train_batch_size=4, gradient_checkpointing=False, gradient_checkpointing_kwargs=None,
+                gradient_accumulation_steps=1, optim="adamw_torch", bf16=False, fp16=False)
+    args.update(kw)
+    return types.SimpleNamespace(**args)
+
+
+LORA = types.SimpleNamespace(r=16, target_modules={"v_proj", "q_proj"}, peft_type="LORA", use_dora=False,
+                             modules_to_save=None, layers_to_transform=None, rank_pattern={})
+
+
+@unittest.skipIf(not EXE, "give the vramfit executable as argv[1] or VRAMFIT")
+class Cli(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory()
+        cls.config = os.path.join(cls.dir.name, "config.json")
+        with open(cls.config, "w") as f:
+            json.dump(CONFIG, f)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def test_predict_is_the_cli_by_hand(self):
+        e = vt.predict(config=self.config, batch=2, seq=1024, budget="4GiB", vramfit=EXE)
+        rc, by_hand = cli("predict", "--config", self.config, "--batch", "2", "--seq", "1024", "--budget", "4GiB")
+        self.assertEqual(rc, 0)
+        self.assertIs(e["fits"], True)
+        for key in ("fits", "required_bytes", "peak_bytes", "method", "budget_bytes"):
+            self.assertEqual(e[key], by_hand[key], key)
+        self.assertEqual(e["budget_bytes"], 4 << 30)
+        self.assertEqual((e["model"]["layers"], e["model"]["kv_heads"], e["step"]["batch"]), (30, 3, 2))
+        # a config object (anything with to_dict) goes through a temporary config.json: same answer
+        obj = types.SimpleNamespace(to_dict=lambda: dict(CONFIG))
+        self.assertEqual(vt.predict(config=obj, batch=2, seq=1024, vramfit=EXE)["required_bytes"], e["required_bytes"])
+        # an int budget is bytes; a step that does not fit is an answer here, not an exception
+        small = vt.predict(config=self.config, batch=2, seq=1024, budget=1 << 30, vramfit=EXE)
+        self.assertEqual((small["fits"], small["budget_bytes"]), (False, 1 << 30))
+
+    def test_max_batch_is_the_cli_by_hand(self):
+        m = vt.max_batch(config=self.config, seq=1024, budget="4GiB", vramfit=EXE)
+        rc, by_hand = cli("max-batch", "--config", self.config, "--seq", "1024", "--budget", "4GiB")
+        self.assertEqual((rc, m["max_batch"]), (0, by_hand["max_batch"]))
+        self.assertGreaterEqual(m["max_batch"], 1)
+
+    def test_does_not_fit_names_the_largest_batch(self):
+        best = vt.max_batch(config=self.config, seq=1024, budget="4GiB", vramfit=EXE)["max_batch"]
+        with self.assertRaises(vt.DoesNotFit) as cm:
+            vt.check_fit(config=self.config, batch=best + 2, seq=1024, budget="4GiB", vramfit=EXE)
+        err = cm.exception
+        self.assertEqual(err.max_batch, best)
+        self.assertIsInstance(err, RuntimeError)
+        text = str(err)
+        self.assertIn("batch %d x seq 1024 does not fit" % (best + 2), text)
+        self.assertIn("the largest batch that fits is %d" % best, text)
+        self.assertIn("%.2f GB" % (err.required_bytes / 1e9), text)
+        self.assertIn("the budget is %.2f GB" % ((4 << 30) / 1e9), text)
+        self.assertGreater(err.required_bytes, err.budget_bytes)
+        self.assertIn("basis: allocator simulation; hf-peft as recorded on", text)
+        # and one that fits returns its estimate
+        self.assertIs(vt.check_fit(config=self.config, batch=best, seq=1024, budget="4GiB", vramfit=EXE)["fits"], True)
+
+    def test_not_even_batch_one(self):
+        with self.assertRaises(vt.DoesNotFit) as cm:
+            vt.check_fit(config=self.config, batch=1, seq=1024, gpu=None, budget="100MiB", vramfit=EXE)
+        self.assertEqual(cm.exception.max_batch, 0)
+        self.assertIn("not even batch 1 fits", str(cm.exception))
+        with self.assertRaises(ValueError):  # a fit check needs a budget
+            vt.check_fit(config=self.config, batch=1, vramfit=EXE)
+
+    def test_bad_input_names_the_field(self):
+        cases = [({"batch": 0}, "--batch", "at least 1"),
+                 ({"lora_targets": "lm_head,q_proj"}, "--lora-targets", "lm_head"),
+                 ({"budget": "4"}, "--budget", "unit"),
+                 ({"gpu": "H200", "budget": "4GiB"}, "--gpu", "not both")]
+        for flags, field, words in cases:
+            with self.subTest(flags=flags):
+                args = dict(config=self.config, seq=1024, vramfit=EXE)
+                args.update(flags)
+                with self.assertRaises(vt.BadInput) as cm:
+                    vt.predict(**args)
+                self.assertEqual(cm.exception.field, field)
+                self.assertIn(words, cm.exception.message)
+                self.assertIn(field, str(cm.exception))
+        with self.assertRaises(vt.BadInput) as cm:  # a config the CLI refuses names its key
+            vt.predict(config=dict(CONFIG, quantization_config={"load_in_4bit": True}), vramfit=EXE)
+        self.assertTrue(cm.exception.field.endswith("quantization_config"), cm.exception.field)
+        with self.assertRaises(vt.BadInput) as cm:  # max-batch refuses --batch
+            vt.max_batch(config=self.config, batch=2, budget="4GiB", vramfit=EXE)
+        self.assertEqual(cm.exception.field, "--batch")
+
+    def test_executable_missing_or_odd(self):
+        with self.assertRaises(vt.VramfitError) as cm:
+            vt.predict(config=self.config, vramfit="/nonexistent/vramfit")
+        self.assertIn("/nonexistent/vramfit", str(cm.exception))
+        self.assertIn("VRAMFIT", str(cm.exception))
+        with mock.patch.dict(os.environ, {"VRAMFIT": "/nonexistent/from-env"}):
+            with self.assertRaises(vt.VramfitError) as cm:
+                vt.predict(config=self.config)
+            self.assertIn("/nonexistent/from-env", str(cm.exception))
+        with mock.patch.dict(os.environ, {"VRAMFIT": EXE}):  # the environment variable is used
+            self.assertIn("required_bytes", vt.predict(config=self.config, seq=512))
+        for body, words in (("echo not json", "not json"), ("echo '{\"x\": 1}'", "exit status 0"),
+                            ("echo broken >&2; exit 1", "broken")):
+            with self.subTest(body=body), tempfile.TemporaryDirectory() as d:
+                fake = os.path.join(d, "vramfit")
+                with open(fake, "w") as f:
+                    f.write("#!/bin/sh\n%s\n" % body)
+                os.chmod(fake, stat.S_IRWXU)
+                with self.assertRaises(vt.VramfitError) as cm:
+                    vt.predict(config=self.config, vramfit=fake)
+                self.assertIn(words, str(cm.exception))
+
+    def test_trainer_flags_run_through_the_cli(self):
+        flags, caveats = vt.flags_from_trainer(fake_model(peft=LORA), fake_args(gradient_checkpointing=True), 1024)
+        e = vt.predict(vramfit=EXE, **flags)
+        step = e["step"]
+        self.assertEqual((step["mode"], step["lora_rank"], step["lora_targets"]), ("lora", 16, ["q_proj", "v_proj"]))
+        self.assertEqual((step["batch"], step["seq"], step["gradient_checkpointing"]), (4, 1024, True))
+        flags, _ = vt.flags_from_trainer(fake_model("torch.float32"), fake_args(), 512)
+        step = vt.predict(vramfit=EXE, **flags)["step"]
+        self.assertEqual((step["mode"], step["precision"], step["attention"]), ("full", "fp32", "mem-efficient"))
+
+
+@mock.patch.dict(os.environ, {"PYTORCH_CUDA_ALLOC_CONF": "", "PYTORCH_ALLOC_CONF": ""})
+class TrainerFlags(unittest.TestCase):
+    def test_lora_with_accumulation_and_fused_adamw(self):
+        args = fake_args(gradient_checkpointing=True, gradient_checkpointing_kwargs={"use_reentrant": False},
+                         gradient_accumulation_steps=4, optim="adamw_torch_fused")
+        model = fake_model(peft=LORA)
+        flags, caveats = vt.flags_from_trainer(model, args, 2048)
+        self.assertEqual(flags, {"config": model.config, "batch": 4, "seq": 2048, "lora_rank": 16,
+                                 "lora_targets": ["q_proj", "v_proj"], "grad_ckpt": True, "precision": "bf16"})
+        self.assertEqual(len(caveats), 2, caveats)
+        self.assertIn("gradient_accumulation_steps=4", caveats[0])
+        self.assertIn("optim=adamw_torch_fused", caveats[1])
+        self.assertEqual(vt._argv({k: v for k, v in flags.items() if k != "config"}),
+                         ["--batch", "4", "--seq", "2048", "--lora-rank", "16", "--lora-targets", "q_proj,v_proj",
+                          "--grad-ckpt", "--precision", "bf16"])
+
+    def test_plain_adamw_full_fine_tuning_has_no_caveats(self):
+        optim = types.SimpleNamespace(value="adamw_torch")  # OptimizerNames is a str enum
+        flags, caveats = vt.flags_from_trainer(fake_model(), fake_args(optim=optim), 1024)
+        self.assertEqual(caveats, [])
+        self.assertEqual((flags["mode"], flags["precision"], flags["batch"]), ("full", "bf16", 4))
+        self.assertNotIn("grad_ckpt", flags)
+        self.assertNotIn("lora_rank", flags)
+
+    def test_fp32_weights_under_autocast(self):
+        flags, caveats = vt.flags_from_trainer(fake_model("torch.float32"), fake_args(bf16=True), 1024)
+        self.assertEqual(flags["precision"], "fp32")
+        self.assertEqual(len(caveats), 1, caveats)
+        self.assertIn("fp32 weights under bf16 autocast", caveats[0])
+        _, caveats = vt.flags_from_trainer(fake_model(), fake_args(fp16=True), 1024)  # bf16 weights, fp16 autocast
+        self.assertEqual(len(caveats), 1, caveats)
+        self.assertIn("fp16 autocast", caveats[0])
+
+    def test_all_linear_kept_and_reentrant_checkpointing_flagged(self):
+        lora = types.SimpleNamespace(r=8, target_modules="all-linear", use_dora=True)
+        flags, caveats = vt.flags_from_trainer(fake_model(peft=lora), fake_args(gradient_checkpointing=True), 1024)
+        self.assertEqual((flags["lora_rank"], flags["lora_targets"], flags["grad_ckpt"]), (8, "all-linear", True))
+        self.assertEqual(vt._argv({"lora_targets": flags["lora_targets"]}), ["--lora-targets", "all-linear"])
+        self.assertEqual(vt._argv({"lora_targets": {"v_proj", "q_proj", "k_proj"}, "budget": 1 << 30, "grad_ckpt": False}),
+                         ["--lora-targets", "k_proj,q_proj,v_proj", "--budget", "1073741824B"])
+        self.assertEqual(len(caveats), 2, caveats)
+        self.assertIn("use_dora", caveats[0])
+        self.assertIn("use_reentrant", caveats[1])
+        none = types.SimpleNamespace(r=8, target_modules=None)  # PEFT's default: left to vramfit's, the same
+        self.assertNotIn("lora_targets", vt.flags_from_trainer(fake_model(peft=none), fake_args(), 1024)[0])
+        with self.assertRaises(ValueError):
+            vt.flags_from_trainer(fake_model(peft=types.SimpleNamespace(r=8, peft_type="IA3")), fake_args(), 1024)
+
+    def test_attention_implementation(self):
+        model = fake_model()
+        model.config._attn_implementation = "eager"  # builds the (seq x seq) scores: vramfit's math kernel
+        flags, caveats = vt.flags_from_trainer(model, fake_args(), 1024)
+        self.assertEqual((flags["attention"], caveats), ("math", []))
+        model.config._attn_implementation = "flex_attention"
+        flags, caveats = vt.flags_from_trainer(model, fake_args(), 1024)
+        self.assertNotIn("attention", flags)
+        self.assertEqual(len(caveats), 1, caveats)
+        self.assertIn("flex_attention", caveats[0])
+
+    def test_alloc_conf_and_world_size(self):
+        with mock.patch.dict(os.environ, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}):
+            flags, caveats = vt.flags_from_trainer(fake_model(), fake_args(world_size=2, fsdp="full_shard"), 1024)
+        self.assertEqual((flags["alloc_conf"], flags["world_size"]), ("expandable_segments:True", 2))
+        self.assertEqual(len(caveats), 1, caveats)
+        self.assertIn("FSDP", caveats[0])
+
+
+class Callback(unittest.TestCase):
+    def test_needs_transformers(self):
+        with mock.patch.dict(sys.modules, {"transformers": None}):  # import transformers -> ImportError
+            with self.assertRaises(ImportError) as cm:
+                vt.fit_check_callback(seq=1024, budget="4GiB")
+        self.assertIn("needs transformers", str(cm.exception))
+        with self.assertRaises(ValueError):
+            vt.fit_check_callback(seq=1024)
+
+    @unittest.skipIf(importlib.util.find_spec("transformers") is not None, "transformers is installed")
+    def test_without_transformers_installed(self):
+        self.assertNotIn("transformers", sys.modules)  # importing the helper did not need it
+        with self.assertRaises(ImportError) as cm:
+            vt.fit_check_callback(seq=1024, gpu="T4")
+        self.assertIn("pip install transformers", str(cm.exception))
+
+    @unittest.skipIf(not EXE, "give the vramfit executable as argv[1] or VRAMFIT")
+    @mock.patch.dict(os.environ, {"PYTORCH_CUDA_ALLOC_CONF": "", "PYTORCH_ALLOC_CONF": ""})
+    def test_on_train_begin_with_a_stand_in_transformers(self):
+        fake = types.ModuleType("transformers")
+        fake.TrainerCallback = type("TrainerCallback", (), {})
+        with mock.patch.dict(sys.modules, {"transformers": fake}):
+            cb = vt.fit_check_callback(seq=1024, budget="4GiB", vramfit=EXE, alloc_conf="expandable_segments:True")
+        self.assertIsInstance(cb, fake.TrainerCallback)
+        model = fake_model(peft=types.SimpleNamespace(r=8, target_modules=["q_proj", "v_proj"]))
+        best = vt.max_batch(config=dict(CONFIG), seq=1024, budget="4GiB", vramfit=EXE,
+                            alloc_conf="expandable_segments:True")["max_batch"]
+        self.assertGreaterEqual(best, 1)
+        args = fake_args(per_device_train_batch_size=best + 2, gradient_accumulation_steps=4)
+        with self.assertWarnsRegex(UserWarning, "gradient_accumulation_steps=4"):
+            with self.assertRaises(vt.DoesNotFit) as cm:
+                cb.on_train_begin(args, None, None, model=model)
+        self.assertEqual(cm.exception.max_batch, best)
+        self.assertIsNone(cb.estimate)
+        cb.on_train_begin(fake_args(per_device_train_batch_size=best), None, None, model=model)
+        self.assertIs(cb.estimate["fits"], True)
+        self.assertEqual(cb.estimate["step"]["batch"], best)
+        with self.assertRaises(vt.VramfitError):
+            cb.on_train_begin(args, None, None)
+
+
+if __name__ == "__main__":
+    unittest.main()
