@@ -28,10 +28,11 @@ function(vramfit_add_cli_lib target)
   # libfmt instead, and fmt_compiled.hpp keeps its TUs from compiling fmt's formatting engine again.
   target_compile_options(${target} PRIVATE -UFMT_HEADER_ONLY
                          -include ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/fmt_compiled.hpp)
-  # -O2, not the Release -O3: a quarter less compile time for each group (flags ~20 -> ~17 s,
-  # commands ~25-34 -> ~22-24 s, alone on this machine) at ~2% of the simulation's speed (fit_verdict,
-  # one core: 40.9 ms at -O3, 41.7 ms at -O2). The library's benchmarks keep -O3.
-  target_compile_options(${target} PRIVATE $<$<CONFIG:Release>:-O2>)
+  # -O1, not the Release -O3: the README's first command builds this. On this 2-core EPYC, each
+  # group alone: flags 15.3 -> 12.4 s, commands 20.3 -> 15.0 s of CPU from -O2 to -O1 (-O3 more),
+  # while the simulation runs as fast (fit_verdict on one core, LoRA q,k,v,o seq 4096, 30 runs:
+  # 1.19-1.20 s at -O1, 1.18-1.21 s at -O2). The library's benchmarks keep -O3.
+  target_compile_options(${target} PRIVATE $<$<CONFIG:Release>:-O1>)
   target_compile_definitions(${target} PRIVATE VRAMFIT_VERSION="${PROJECT_VERSION}")
   if(TARGET vramfit::probe)
     target_link_libraries(${target} PRIVATE vramfit::probe)
