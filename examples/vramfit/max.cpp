@@ -81,7 +81,8 @@ public:
       else
         fmt::print(out, "max {}: {}\n  at {} {}: peak {} in the {}, {}\n", what, best, what, best, at.peak, at.phase_words(),
                    at.verdict && at.verdict->method == Method::allocator_simulation
-                       ? fmt::format("reserved peak {} under the budget (simulated)", at.verdict->reserved_peak)
+                       ? fmt::format("reserved peak {} under the budget (simulated; {} in a fresh process)",
+                                     at.verdict->reserved_peak, at.verdict->reserved_peak_fresh_process)
                        : fmt::format("requires {}", at.required));
       if (!found.oom_below.empty())
         fmt::print(out, "  smaller {} values that run out of memory under this budget: {}\n", what,
