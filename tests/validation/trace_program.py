@@ -11,7 +11,7 @@ request for request, or the kind is rejected.
 Usage: python3 trace_program.py TRACES.jsonl[.gz] --header OUT.hpp [--check REAL.jsonl ...]
   The committed programs: python3 tests/validation/trace_program.py \
       tests/data/traces/hf_peft_probe_traces.jsonl.gz --header include/vramfit/detail/programs/hf_peft.hpp \
-      --check tests/data/traces/*.jsonl
+      --check $(ls tests/data/traces/*.jsonl | grep -v /libtorch-)   # the HF traces, not the Probe's
   and for the Probe's LibTorch step (`vramfit probe --stack libtorch --trace-out`):
     python3 tests/validation/trace_program.py tests/data/traces/libtorch_probe_traces.jsonl.gz \
       --stack libtorch --constants 33554432,1048576 --header include/vramfit/detail/programs/libtorch.hpp \
