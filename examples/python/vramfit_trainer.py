@@ -135,10 +135,14 @@ def max_batch(config=None, seq=2048, budget=None, vramfit=None, **flags):
     return _run("max-batch", vramfit, dict(flags, config=config, seq=seq, budget=budget), "max_batch")
 
 
-def check_fit(budget=None, gpu=None, vramfit=None, **flags):
-    """predict() under budget= or gpu=; returns the estimate when it fits, else raises DoesNotFit."""
+def _one_budget(budget, gpu):
     if (budget is None) == (gpu is None):
         raise ValueError("give one of budget= (e.g. '23GiB') or gpu= (e.g. 'RTX-4090')")
+
+
+def check_fit(budget=None, gpu=None, vramfit=None, **flags):
+    """predict() under budget= or gpu=; returns the estimate when it fits, else raises DoesNotFit."""
+    _one_budget(budget, gpu)
     e = predict(budget=budget, gpu=gpu, vramfit=vramfit, **flags)
     if e.get("fits") is not False:
         if e.get("fits") is not True:
@@ -225,8 +229,7 @@ def fit_check_callback(seq, budget=None, gpu=None, vramfit=None, **flags):
     then `flags` on top, e.g. sharding="full") and raises DoesNotFit before the first step when it does
     not fit budget= (e.g. "23GiB") or gpu= (e.g. "RTX-4090"). The caveats are warned (UserWarning);
     the estimate is kept as the callback's `estimate`."""
-    if (budget is None) == (gpu is None):
-        raise ValueError("give one of budget= (e.g. '23GiB') or gpu= (e.g. 'RTX-4090')")
+    _one_budget(budget, gpu)
     try:
         from transformers import TrainerCallback
     except ImportError as e:

@@ -581,20 +581,22 @@ def make_config(arm, max_seq):
     raise ValueError("unknown arch %r" % (arch,))
 
 
-def build_model(arm, max_seq):
-    """Build the (PEFT-wrapped) model on the GPU exactly as a user would.  Returns (model, info)."""
+def build_model(arm, max_seq, dtype=None):
+    """Build the (PEFT-wrapped) model on the GPU exactly as a user would, its weights in `dtype`
+    (None: bf16).  Returns (model, info)."""
     from transformers import AutoModelForCausalLM
     info = {}
     cfg = make_config(arm, max_seq)
+    dtype = torch.bfloat16 if dtype is None else dtype
     torch.manual_seed(0)
     t0 = time.time()
     with torch.device("cuda"):
         try:
-            model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation="sdpa")
+            model = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="sdpa")
             info["dtype_kwarg"] = "dtype"
         except TypeError as e:
             drop_exception(e)
-            model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16, attn_implementation="sdpa")
+            model = AutoModelForCausalLM.from_config(cfg, torch_dtype=dtype, attn_implementation="sdpa")
             info["dtype_kwarg"] = "torch_dtype"
     model.config.use_cache = False
     info["attn_implementation"] = _safe(lambda: model.config._attn_implementation)

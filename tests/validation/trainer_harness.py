@@ -78,8 +78,7 @@ def summary(arm):
 def param_bytes(arm):
     """A rough size of the arm on the GPU (for scheduling side-by-side processes only)."""
     s = arm["shape"]
-    per_layer = 4 * s["hidden"] * s["hidden"] + 3 * s["hidden"] * s["intermediate"]
-    n = s["layers"] * per_layer + s["vocab"] * s["hidden"] * (1 if s["tied_embeddings"] else 2)
+    n = H.compute_params(s) + (0 if s["tied_embeddings"] else s["vocab"] * s["hidden"])  # + the embedding
     w = 4 if arm["weights"] == "fp32" else 2
     state = (w + 4 + 8) if arm["mode"] == "full" else w
     tokens = arm["batch"] * arm["seq"]
@@ -96,7 +95,7 @@ def child_main(arm_json, out_path):
     H._import_stack()
     torch = H.torch
     import transformers
-    from transformers import AutoModelForCausalLM, Trainer, TrainerCallback, TrainingArguments
+    from transformers import Trainer, TrainerCallback, TrainingArguments
 
     rows = []
 
@@ -158,25 +157,16 @@ def child_main(arm_json, out_path):
     if arm["budget_gib"] is not None:
         budget_bytes = int(arm["budget_gib"] * (1 << 30))
         total = torch.cuda.get_device_properties(0).total_memory
-        torch.cuda.set_per_process_memory_fraction(budget_bytes / total)
+        torch.cuda.set_per_process_memory_fraction(H.budget_fraction(budget_bytes, total))
     callbacks = [Peaks()]
     if arm["fit_check"]:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "python"))
         import vramfit_trainer
         callbacks.append(vramfit_trainer.fit_check_callback(seq=arm["seq"], budget="%dB" % budget_bytes))
-    cfg = H.make_config(arm, arm["seq"])
-    dtype = torch.float32 if arm["weights"] == "fp32" else torch.bfloat16
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="sdpa")
-    model.config.use_cache = False
-    if arm["mode"] == "lora":
-        from peft import LoraConfig, get_peft_model
-        model = get_peft_model(model, LoraConfig(r=arm["lora_rank"], lora_alpha=arm["lora_alpha"], lora_dropout=0.0,
-                                                 target_modules=list(arm["lora_target_modules"]),
-                                                 task_type="CAUSAL_LM"))
-    built = {"allocated": int(torch.cuda.memory_allocated()), "seconds": round(time.time() - t0, 2),
-             "params": H.param_summary(model)}
+    # Checkpointing comes from TrainingArguments, as the Trainer turns it on, not from the build.
+    model, info = H.build_model(dict(arm, gradient_checkpointing=False), arm["seq"],
+                                dtype=torch.float32 if arm["weights"] == "fp32" else torch.bfloat16)
+    built = dict(info, allocated=int(torch.cuda.memory_allocated()), params=H.param_summary(model))
     n = arm["batch"] * arm["grad_accum"] * arm["steps"]
     kwargs = dict(output_dir=tempfile.mkdtemp(prefix="trainer-arm-"), per_device_train_batch_size=arm["batch"],
                   gradient_accumulation_steps=arm["grad_accum"], max_steps=arm["steps"], learning_rate=1e-5,
@@ -195,13 +185,14 @@ def child_main(arm_json, out_path):
     base = {"kind": "trainer_step", "arm": dict(H.row_arm(arm)), "optim_resolved": str(args.optim),
             "optim_default": arm["optim"] is None, "built": built}
     error = error_type = None
+    oom = False
     try:
         trainer.train()
     except Exception as e:  # an OOM, the fit check's refusal or anything else: recorded
-        error, error_type = H.err_text(e), type(e).__name__
+        error, error_type, oom = H.err_text(e), type(e).__name__, H.is_oom(e)
         H.drop_exception(e)
     base["budget_bytes"] = budget_bytes
-    base["oom"] = error_type in ("OutOfMemoryError",) or (error is not None and "out of memory" in error.lower())
+    base["oom"] = oom
     opt = getattr(trainer, "optimizer", None)
     inner = getattr(opt, "optimizer", opt)
     base["optimizer"] = {"class": type(inner).__name__ if inner is not None else None,
@@ -252,24 +243,21 @@ def main(argv=None):
     with open(a.out, "w") as f:
         f.write(json.dumps({"kind": "stack", **stack}) + "\n")
     parts = tempfile.mkdtemp(prefix="trainer-parts-")
-    pending = sorted(range(len(arms)), key=lambda i: -param_bytes(arms[i]))
+    sizes = [param_bytes(arm) for arm in arms]
+    pending = H.schedule_order(sizes)  # largest first, packed under the share as --trials packs budgets
     running = {}  # index -> (process, start, size, part path)
     share = a.share_gib * (1 << 30)
     done = 0
     while pending or running:
-        used = sum(r[2] for r in running.values())
-        for i in list(pending):
-            if len(running) >= a.jobs:
+        while True:
+            pos = H.pick_next([sizes[i] for i in pending], [r[2] for r in running.values()], a.jobs, share)
+            if pos is None:
                 break
-            size = param_bytes(arms[i])
-            if running and used + size > share:
-                continue
+            i = pending.pop(pos)
             part = os.path.join(parts, "arm-%03d.jsonl" % i)
             cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(raw[i]), "--out", part]
             log = open(part + ".log", "w")
-            running[i] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), time.time(), size, part)
-            used += size
-            pending.remove(i)
+            running[i] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), time.time(), sizes[i], part)
         time.sleep(0.5)
         for i, (proc, start, size, part) in list(running.items()):
             timed_out = time.time() - start > a.timeout_s
