@@ -397,9 +397,9 @@ TEST_CASE("cli: sweep") {
 // Every answer says how it was obtained and how far it is checked: the same line in the text of
 // predict, max-batch, max-seq and sweep, and in their JSON ("provenance"), from the library.
 TEST_CASE("cli: the basis line: method, where the programs were recorded, what is not validated") {
-  namespace programs = vramfit::detail::programs;
-  const std::string recorded = std::string("hf-peft as recorded on ") + std::string(programs::hf_peft::recorded_gpu) +
-                               " with " + std::string(programs::hf_peft::recorded_software);
+  const vramfit::ProgramSet& hf = *vramfit::builtin_programs("hf-peft").set;
+  const vramfit::ProgramSet& libtorch = *vramfit::builtin_programs("libtorch").set;
+  const std::string recorded = "hf-peft as recorded on " + hf.gpu + " with " + hf.software;
   const std::string simulated = "basis:  allocator simulation; " + recorded;
   struct Case {
     std::vector<std::string> args;
@@ -420,8 +420,9 @@ TEST_CASE("cli: the basis line: method, where the programs were recorded, what i
     nlohmann::json j = c.args[0] == "sweep" ? json_lines(json).front() : json_object(json);
     const nlohmann::json& p = j["provenance"];
     REQUIRE(p["basis"].is_string());
-    CHECK(p["recorded_gpu"] == programs::hf_peft::recorded_gpu);
-    CHECK(p["recorded_software"] == programs::hf_peft::recorded_software);
+    CHECK(p["recorded_gpu"] == hf.gpu);
+    CHECK(p["recorded_software"] == hf.software);
+    CHECK(p["programs"] == hf.source);
     CHECK(p["unvalidated"].is_null());
     REQUIRE(p["method"].is_string());
     CHECK(p["basis"].get<std::string>().starts_with(p["method"].get<std::string>() + "; " + recorded));
@@ -431,8 +432,7 @@ TEST_CASE("cli: the basis line: method, where the programs were recorded, what i
   SUBCASE("closed form and the libtorch stack") {
     holds(succeeds(0, on_small("predict", {"--seq", "100"})).out, {"basis:  closed form; " + recorded});
     holds(succeeds(0, on_small("predict", {"--stack", "libtorch"})).out,
-          {"basis:  allocator simulation; libtorch as recorded on " + std::string(programs::libtorch::recorded_gpu) +
-           " with " + std::string(programs::libtorch::recorded_software)});
+          {"basis:  allocator simulation; libtorch as recorded on " + libtorch.gpu + " with " + libtorch.software});
   }
   SUBCASE("sharded: not validated on several GPUs; ZeRO in bf16 is not an upper bound") {
     const std::vector<std::string> zero2 = {"--model", "Qwen2.5-7B", "--mode", "full", "--world-size", "8",

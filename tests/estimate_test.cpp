@@ -52,18 +52,25 @@ TEST_CASE("a search that stops below its limit is not capped") {
   CHECK_FALSE(none.capped);
 }
 
-// Every estimate says where its stack was recorded (the generated programs' own record) and, on
-// several ranks, that nothing there is validated on several GPUs.
+// Every estimate says where its stack was recorded (the step-program file's own record, and the
+// file) and, on several ranks, that nothing there is validated on several GPUs.
 TEST_CASE("an estimate carries its provenance; several ranks are flagged as not validated") {
   const ModelShape m = preset("SmolLM2-135M");
+  const ProgramSet& hf = *builtin_programs("hf-peft").set;
   const Estimate one = estimate(m, Step{.seq = 1024});
-  CHECK(one.provenance.gpu == detail::programs::hf_peft::recorded_gpu);
-  CHECK(one.provenance.software == detail::programs::hf_peft::recorded_software);
+  CHECK(one.provenance.gpu == hf.gpu);
+  CHECK(one.provenance.software == hf.software);
+  CHECK(one.provenance.programs == hf.source);
+  CHECK(hf.source.ends_with("hf-peft.programs"));
   CHECK(one.provenance.unvalidated.empty());
-  CHECK(basis(one).starts_with("allocator simulation; hf-peft as recorded on " +
-                               std::string(detail::programs::hf_peft::recorded_gpu)));
+  CHECK(basis(one).starts_with("allocator simulation; hf-peft as recorded on " + hf.gpu));
   const Estimate probe = estimate(m, Step{.seq = 1024}, Stack::libtorch);
-  CHECK(probe.provenance.software == detail::programs::libtorch::recorded_software);
+  CHECK(probe.provenance.software == builtin_programs("libtorch").set->software);
+  // The closed form: the profile's record, no program file.
+  const Estimate closed = estimate(m, Step{.seq = 100});
+  CHECK(closed.method == Method::closed_form);
+  CHECK(closed.provenance.programs.empty());
+  CHECK(closed.provenance.software == profiles::HfPeft::recorded_software);
 
   const Estimate fsdp = estimate(m, Step{.mode = Mode::full, .world_size = 4, .sharding = Sharding::full});
   CHECK(fsdp.provenance.unvalidated.find("not validated on several GPUs") != std::string_view::npos);

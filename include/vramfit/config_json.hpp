@@ -26,11 +26,8 @@
 /// No key of these three types fuses projections (Phi-3's qkv_proj is another model_type).
 
 #include <array>
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -40,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "vramfit/detail/json_describe.hpp"
+#include "vramfit/detail/read_file.hpp"
 #include "vramfit/error.hpp"
 #include "vramfit/model.hpp"
 #include "vramfit/step.hpp"
@@ -332,27 +330,9 @@ inline HfConfig parse_hf_config(std::string_view json_text, std::string_view sou
 /// Reads and parses a `config.json` file; errors name the path. An unreadable file is an
 /// `InvalidInput` on "--config" with the path and the operating system's reason.
 inline HfConfig load_hf_config(const std::filesystem::path& path) {
-  const auto unreadable = [&](int error) {
-    return InvalidInput("--config", "cannot read '" + path.string() + "': " + std::strerror(error));
-  };
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw unreadable(EISDIR);
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) throw unreadable(errno);
-  std::string text;
-  char buffer[1 << 14];
-  std::size_t n = 0;
-  // A config.json is a few KB; a bound keeps `/dev/zero` or a pipe from being read forever.
-  constexpr std::size_t max_config_bytes = std::size_t{4} << 20;
-  while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0 && text.size() <= max_config_bytes) text.append(buffer, n);
-  if (text.size() > max_config_bytes) {
-    std::fclose(file);
-    throw InvalidInput("--config", "'" + path.string() + "' is larger than 4 MiB: not a config.json (those are a few KB)");
-  }
-  const bool failed = std::ferror(file) != 0;
-  const int error = errno;
-  std::fclose(file);
-  if (failed) throw unreadable(error);
+  // A config.json is a few KB.
+  const std::string text = detail::read_bounded_file(path, "--config", std::size_t{4} << 20,
+                                                     "larger than 4 MiB: not a config.json (those are a few KB)");
   return parse_hf_config(text, path.string());
 }
 

@@ -28,12 +28,11 @@
 #include "vramfit/format.hpp"
 #include "vramfit/model.hpp"
 #include "vramfit/predictor.hpp"
+#include "vramfit/program_file.hpp"
 #include "vramfit/profiles.hpp"
 #include "vramfit/sharding.hpp"
 #include "vramfit/step.hpp"
 #include "vramfit/detail/enum_names.hpp"
-#include "vramfit/detail/programs/hf_peft.hpp"
-#include "vramfit/detail/programs/libtorch.hpp"
 #include "vramfit/detail/simulate.hpp"
 
 namespace vramfit {
@@ -110,6 +109,9 @@ struct RunContext {
   /// calling thread alone (for a caller that runs estimates in parallel itself). The figures do
   /// not depend on it.
   unsigned simulation_threads = 0;
+  /// The step programs to simulate with (`load_programs`): null for the stack's built-in ones
+  /// (`builtin_programs`). Their stack must be the estimate's.
+  std::shared_ptr<const ProgramSet> programs{};
 };
 
 /// What `estimate` was asked, kept so an estimate can decide other budgets.
@@ -122,9 +124,12 @@ struct EstimateInputs {
 /// Where an estimate's figures come from and how far they are checked: the GPU and software its
 /// stack's step programs (and profile) were recorded on, and what is not validated.
 struct Provenance {
-  std::string_view gpu;         ///< "NVIDIA H200"
-  std::string_view software;    ///< "torch 2.11.0+cu130, transformers 5.17.0, peft 0.21.0"
+  std::string gpu;              ///< "NVIDIA H200"
+  std::string software;         ///< "torch 2.11.0+cu130, transformers 5.17.0, peft 0.21.0"
   std::string_view unvalidated; ///< empty on one GPU; else `sharding_caveat(step)`
+  /// The step-program file the simulation ran (`ProgramSet::source`), whose record `gpu` and
+  /// `software` then are; empty where no program ran (the profile's record).
+  std::string programs;
 };
 
 /// One step's estimate: the peak, what a budget must cover, how it was obtained and why.
@@ -170,15 +175,7 @@ struct StackDefinition {
         : Predictor<ParameterTerm<P>, ActivationTerm<P>, LogitsTerm<P>, WorkspaceTerm<P>, ExpectedSlackTerm<P>>(
               {}, {}, {}, {}, {}, simulated_margin) {}
   };
-  static constexpr const auto& programs() {
-    if constexpr (std::is_same_v<P, profiles::LibTorch>) return programs::libtorch::entries;
-    else return programs::hf_peft::entries;
-  }
-  static constexpr Provenance recorded() {
-    if constexpr (std::is_same_v<P, profiles::LibTorch>)
-      return {programs::libtorch::recorded_gpu, programs::libtorch::recorded_software, {}};
-    else return {programs::hf_peft::recorded_gpu, programs::hf_peft::recorded_software, {}};
-  }
+  static Provenance recorded() { return {std::string(P::recorded_gpu), std::string(P::recorded_software), {}, {}}; }
   /// Bytes the process holds outside the program. hf-peft: the cuBLAS workspaces (65 MiB), and
   /// with q/k/v bias and checkpointing 1 MiB more, the cuBLASLt workspace the autograd thread
   /// takes when the recomputed biased projections first run there (recorded in the traces).
@@ -216,6 +213,35 @@ decltype(auto) visit_stack(Stack s, F&& f) {
   if (s == Stack::libtorch) return f(StackDefinition<profiles::LibTorch>{});
   return f(StackDefinition<profiles::HfPeft>{});
 }
+
+/// The recorded program an estimate of this step simulates, from the context's programs or the
+/// stack's built-in ones; `program` null (and `why`) where none applies.
+struct ProgramChoice {
+  const ProgramSet* set = nullptr;
+  const StepProgram* program = nullptr;
+};
+inline ProgramChoice choose_program(const ModelShape& m, const Step& s, Stack stack, const RunContext& c,
+                                    std::string_view& why) {
+  ProgramChoice out;
+  if (c.programs) {
+    if (c.programs->stack != to_string(stack))
+      throw InvalidInput("programs", fmt::format("{} holds step programs of {}; the estimate is of {}",
+                                                 c.programs->source, c.programs->stack, to_string(stack)));
+    out.set = c.programs.get();
+  } else {
+    const BuiltinPrograms& builtin = builtin_programs(to_string(stack));
+    out.set = builtin.set.get();
+    if (out.set == nullptr) {
+      // The step's own reason where it has one (say, fp32), else the missing file's.
+      (void)find_entry(std::vector<ProgramEntry>{}, m, s, why);
+      if (why.starts_with("this kind")) why = builtin.why;
+      return out;
+    }
+  }
+  if (const ProgramEntry* e = find_entry(out.set->entries, m, s, why))
+    out.program = &out.set->parsed[static_cast<std::size_t>(e - out.set->entries.data())];
+  return out;
+}
 }  // namespace detail
 
 /// The provenance of every estimate of `step` on `stack`: where the stack was recorded, and for
@@ -228,11 +254,9 @@ inline Provenance provenance(Stack stack, const Step& step = {}) {
 
 /// Why no recorded program applies to this model, step and stack; empty when one does.
 inline std::string_view simulation_gap(const ModelShape& model, const Step& step, Stack stack = Stack::hf_peft) {
-  return detail::visit_stack(stack, [&](auto def) {
-    std::string_view why;
-    (void)detail::find_entry(decltype(def)::programs(), model, step, why);
-    return why;
-  });
+  std::string_view why;
+  (void)detail::choose_program(model, step, stack, RunContext{}, why);
+  return why;
 }
 
 namespace detail {
@@ -252,12 +276,15 @@ inline Estimate estimate_run(const ModelShape& model, const Step& step, Stack st
     out.peak = out.closed_form.peak;
     out.required = out.closed_form.required;
     out.phase = to_key(out.closed_form.phase);
-    const auto* entry = detail::find_entry(Definition::programs(), model, step, out.no_simulation);
-    if (entry == nullptr) {
+    const detail::ProgramChoice chosen = detail::choose_program(model, step, stack, context, out.no_simulation);
+    if (chosen.program == nullptr) {
       if (context.budget) out.verdict = detail::closed_form_verdict(out.required, *context.budget);
       return out;
     }
-    const detail::StepProgram& program = detail::parsed(Definition::programs(), *entry);
+    const detail::StepProgram& program = *chosen.program;
+    out.provenance.gpu = chosen.set->gpu;
+    out.provenance.software = chosen.set->software;
+    out.provenance.programs = chosen.set->source;
     const detail::ProgramOps ops = program.resolve(detail::program_dims(model, step), model.layers);
     const Bytes held = Definition::held(model, step, context);
     const detail::PlacementPeaks p =
@@ -309,10 +336,10 @@ inline BudgetVerdict Estimate::verdict_under(Budget b) const {
   return detail::visit_stack(stack, [&](auto def) {
     using Definition = decltype(def);
     std::string_view why;
-    const auto* entry = detail::find_entry(Definition::programs(), inputs.model, inputs.step, why);
-    if (entry == nullptr) return detail::closed_form_verdict(required, b.usable);
+    const detail::ProgramChoice chosen = detail::choose_program(inputs.model, inputs.step, stack, inputs.context, why);
+    if (chosen.program == nullptr) return detail::closed_form_verdict(required, b.usable);
     return detail::to_verdict(
-        detail::simulate_under_limit(detail::parsed(Definition::programs(), *entry), inputs.model, inputs.step,
+        detail::simulate_under_limit(*chosen.program, inputs.model, inputs.step,
                                      Definition::held(inputs.model, inputs.step, inputs.context),
                                      inputs.context.cache_emptied_after_build, inputs.context.alloc_conf,
                                      b.usable.count(), 3, inputs.context.simulation_threads),
@@ -532,8 +559,7 @@ inline VariedLengthsEstimate estimate_varied_lengths(const ModelShape& model, co
   detail::visit_stack(stack, [&](auto def) {
     using Definition = decltype(def);
     std::string_view why;
-    const auto* entry = detail::find_entry(Definition::programs(), model, step, why);
-    const detail::StepProgram& program = detail::parsed(Definition::programs(), *entry);
+    const detail::StepProgram& program = *detail::choose_program(model, step, stack, context, why).program;
     const Bytes held = Definition::held(model, step, context);
     out.peak = max(detail::simulate_slack_bound(program, model, step, held, context.alloc_conf, context.simulation_threads),
                    out.longest.peak);

@@ -190,6 +190,7 @@ Json provenance_json(const Estimate& e) {
             {"recorded_gpu", e.provenance.gpu},
             {"recorded_software", e.provenance.software}};
   j["unvalidated"] = e.provenance.unvalidated.empty() ? Json(nullptr) : Json(e.provenance.unvalidated);
+  j["programs"] = e.provenance.programs.empty() ? Json(nullptr) : Json(e.provenance.programs);
   return j;
 }
 

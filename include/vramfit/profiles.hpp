@@ -56,6 +56,9 @@ namespace profiles {
  */
 struct HfPeft {
   static constexpr std::string_view name = "hf-peft";
+  /// Where the figures were measured (the built-in step programs were recorded there too).
+  static constexpr std::string_view recorded_gpu = "NVIDIA H200";
+  static constexpr std::string_view recorded_software = "torch 2.11.0+cu130, transformers 5.17.0, peft 0.21.0";
   static constexpr StackFigures figures{.norm = NormSaves::fp32_upcast, .adapter_bytes = 4, .loss_upcast = true,
                                         .adamw = AdamWTemporaries::foreach_group, .token_buffer_bytes = 4 * 8,
                                         .workspace_bytes = 65ULL << 20, .autograd_workspace_bytes = 1ULL << 20};
@@ -68,6 +71,8 @@ struct HfPeft {
  */
 struct LibTorch {
   static constexpr std::string_view name = "libtorch";
+  static constexpr std::string_view recorded_gpu = "NVIDIA H200";
+  static constexpr std::string_view recorded_software = "LibTorch 2.11.0";
   static constexpr StackFigures figures{.norm = NormSaves::fused, .adapter_bytes = 0, .loss_upcast = false,
                                         .adamw = AdamWTemporaries::per_tensor, .token_buffer_bytes = 8,
                                         .workspace_bytes = 64ULL << 20};

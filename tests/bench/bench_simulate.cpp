@@ -3,7 +3,7 @@
 // budget, `estimate` also decides whether the run fits; `fit_verdict` decides alone (no peaks), and
 // `max_batch` / `max_seq` search by that verdict. Targets (issue 13): a fit decision under 20 ms,
 // max_batch under 100 ms for a 24-layer
-// model on a 2-core machine. Its own file, so the recorded programs' header does not sit in the
+// model on a 2-core machine. Its own file, so the simulation's headers do not sit in the
 // closed form's translation unit.
 #include <catch2/catch.hpp>
 

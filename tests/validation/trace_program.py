@@ -3,18 +3,19 @@
 
 A step program is a trace with every request size written over the model's and step's dimensions
 and the per-layer parts as repeats, so it can be run for any shape and layer count through the
-allocator model (include/vramfit/detail/step_program.hpp). Each kind of step (architecture, tied head,
+allocator model (include/vramfit/detail/step_program.hpp), written as a step-program file
+(include/vramfit/program_file.hpp) that vramfit reads at run time. Each kind of step (architecture, tied head,
 LoRA targets or full fine-tuning, checkpointing, logits kept) is recorded at two layer counts; the
 program taken from the deeper recording must give the shallower recording's events exactly,
 request for request, or the kind is rejected.
 
-Usage: python3 trace_program.py TRACES.jsonl[.gz] --header OUT.hpp [--check REAL.jsonl ...]
-  The committed programs: python3 tests/validation/trace_program.py \
-      tests/data/traces/hf_peft_probe_traces.jsonl.gz --header include/vramfit/detail/programs/hf_peft.hpp \
+Usage: python3 trace_program.py TRACES.jsonl[.gz] --programs OUT.programs [--check REAL.jsonl ...]
+  The built-in programs: python3 tests/validation/trace_program.py \
+      tests/data/traces/hf_peft_probe_traces.jsonl.gz --programs tests/data/programs/hf-peft.programs \
       --check $(ls tests/data/traces/*.jsonl | grep -v /libtorch-)   # the HF traces, not the Probe's
   and for the Probe's LibTorch step (`vramfit probe --stack libtorch --trace-out`):
     python3 tests/validation/trace_program.py tests/data/traces/libtorch_probe_traces.jsonl.gz \
-      --stack libtorch --constants 33554432,1048576 --header include/vramfit/detail/programs/libtorch.hpp \
+      --stack libtorch --constants 33554432,1048576 --programs tests/data/programs/libtorch.programs \
       --check tests/data/traces/libtorch_real_traces.jsonl.gz
 """
 import argparse, gzip, itertools, json, os, sys
@@ -671,7 +672,7 @@ def serialise(prog):
     return head + body
 
 
-# ---- main: verify programs across layer counts and write the C++ header --------------------------
+# ---- main: verify programs across layer counts and write the step-program file --------------------
 def variant_key(arm):
     s = arm['shape']
     # The targets as the programs name them ("all-linear", "q_proj,v_proj"); rows record the list.
@@ -754,9 +755,10 @@ def first_difference(a, b):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("traces")
-    p.add_argument("--header", help="write the verified programs as a C++ header")
+    p.add_argument("--programs", metavar="OUT",
+                   help="write the verified programs as a step-program file (include/vramfit/program_file.hpp)")
     p.add_argument("--stack", default="hf_peft", choices=("hf_peft", "libtorch"),
-                   help="whose programs: the header's namespace vramfit::detail::programs::STACK (default hf_peft)")
+                   help="whose programs: the file's stack, hf-peft or libtorch (default hf_peft)")
     p.add_argument("--constants", default="",
                    help="comma-separated request sizes to keep as constants, not products of the "
                         "dimensions (the cuBLAS workspaces a LibTorch step creates in its first step)")
@@ -841,82 +843,88 @@ def main(argv=None):
                 arm['batch'], arm['seq'], tr.L, len(want),
                 'all the same' if same else 'first difference at %d' % first_difference(got, want),
                 '' if same else ', large-pool requests %s' % ('the same' if large else 'differ at %d' % first_difference(large_pool(got), large_pool(want)))))
-    if a.header:
-        write_header(a.header, verified, stack, a.stack)
+    if a.programs:
+        write_programs(a.programs, verified, stack, a.stack)
     return 0 if failed == 0 else 1
 
 
-def write_header(path, verified, stack, ns='hf_peft'):
-    out = []
-    out.append('#pragma once')
-    out.append('/// @file programs/%s.hpp' % ns)
+def program_sections(flat):
+    """Splits a flat program (`serialise`) into its size table and its token lists, the parts that
+    programs of one stack share, and the few integers between them (block and part headers).
+    Returns items: ('sec', tuple) or ('lit', int), whose concatenation is `flat`."""
+    items, i = [], 0
+    n = flat[0]
+    i = 1
+    for _ in range(n):
+        t = flat[i]
+        i += 1 + (6 * t + 1 if t >= 0 else 11 if t in (-1, -2) else 1)
+    items.append(('sec', tuple(flat[:i])))
+    def lits(k):
+        nonlocal i
+        items.extend(('lit', x) for x in flat[i:i + k])
+        i += k
+    def tokens():
+        nonlocal i
+        k = 1 + 5 * flat[i]
+        items.append(('sec', tuple(flat[i:i + k])))
+        i += k
+    blocks = flat[i]
+    lits(1)
+    for _ in range(blocks):
+        kind = flat[i]
+        if kind == 0:
+            parts = flat[i + 3]
+            lits(4)
+            for _ in range(parts):
+                lits(2)
+                tokens()
+        else:
+            lo, hi = flat[i + 4], flat[i + 5]
+            lits(6)
+            for _ in range(1 + lo + hi):
+                tokens()
+    assert i == len(flat), (i, len(flat))
+    return items
+
+
+def stack_record(stack, ns):
+    """The GPU and the software the traces were recorded on, from their stack row."""
     if ns == 'hf_peft':
-        gpu = stack.get('gpu_name', '?')
-        software = 'torch %s, transformers %s, peft %s' % (
+        return stack.get('gpu_name', '?'), 'torch %s, transformers %s, peft %s' % (
             stack.get('torch', '?'), stack.get('transformers', '?'), stack.get('peft', '?'))
-        out.append('/// Step programs of HF transformers + PEFT, generated by tests/validation/trace_program.py from')
-        out.append('/// traces recorded by tests/validation/trace_capture.py --marks on %s (torch %s, transformers %s,'
-                   % (stack.get('gpu_name', '?'), stack.get('torch', '?'), stack.get('transformers', '?')))
-        out.append('/// peft %s). Do not edit: regenerate.' % stack.get('peft', '?'))
-    else:
-        gpu = stack.get('gpu', '?')
-        software = 'LibTorch %s' % stack.get('torch', '?')
-        out.append("/// Step programs of the Probe's LibTorch reference step (the libtorch profile), generated by")
-        out.append('/// tests/validation/trace_program.py --stack libtorch from traces recorded by')
-        out.append('/// `vramfit probe --stack libtorch --trace-out` on %s (LibTorch %s). Do not edit: regenerate.'
-                   % (stack.get('gpu', '?'), stack.get('torch', '?')))
-    out.append('')
-    out.append('#include <cstdint>')
-    out.append('#include <span>')
-    out.append('#include <string_view>')
-    out.append('')
-    out.append('namespace vramfit::detail::programs::%s {' % ns)
-    out.append('')
-    out.append('/// Where the programs were recorded: the GPU and the software, from the traces\' stack row.')
-    out.append('inline constexpr std::string_view recorded_gpu = "%s";' % gpu)
-    out.append('inline constexpr std::string_view recorded_software = "%s";' % software)
-    out.append('')
-    out.append('/// One recorded kind of step.')
-    out.append('struct Entry {')
-    out.append('  std::string_view arch;     ///< "llama" (no bias) or "qwen2" (q/k/v bias)')
-    out.append('  bool tied;')
-    out.append('  std::uint64_t head_dims;   ///< bit k set: checked at head_dim 64 << k... (bit 0: 64, bit 1: 128)')
-    out.append('  std::string_view mode;     ///< "lora" or "full"')
-    out.append('  std::string_view targets;  ///< LoRA targets as recorded, "" for full')
-    out.append('  bool checkpointing;')
-    out.append('  bool logits_retained;')
-    out.append('  std::span<const std::int32_t> program;')
-    out.append('};')
-    out.append('')
-    names = []
-    for n, (k, prog, dims) in enumerate(verified):
-        flat = serialise(prog)
-        name = 'p%d' % n
-        names.append((name, k, dims))
-        body = ','.join(str(x) for x in flat)
-        # wrap long lines
-        lines = []
-        line = ''
-        for tok in body.split(','):
-            if len(line) + len(tok) + 1 > 110:
-                lines.append(line)
-                line = ''
-            line += tok + ','
-        lines.append(line)
-        out.append('inline constexpr std::int32_t %s[] = {' % name)
-        out.extend('    ' + l for l in lines)
-        out.append('};')
-    out.append('')
-    out.append('inline constexpr Entry entries[] = {')
-    for name, k, dims in names:
+    return stack.get('gpu', '?'), 'LibTorch %s' % stack.get('torch', '?')
+
+
+def write_programs(path, verified, stack, ns='hf_peft'):
+    """Writes the verified programs in vramfit's step-program file format, version 1
+    (include/vramfit/program_file.hpp reads it): a header, the shared sections, one line per program."""
+    gpu, software = stack_record(stack, ns)
+    sections, index, programs = [], {}, []
+    for k, prog, dims in verified:
+        refs = []
+        for kind, v in program_sections(serialise(prog)):
+            if kind == 'lit':
+                refs.append(str(v))
+                continue
+            if v not in index:
+                index[v] = len(sections)
+                sections.append(v)
+            refs.append('#%d' % index[v])
         arch, tied, mode, targets, gc, ret = k
         hd = (1 if 64 in dims else 0) | (2 if 128 in dims else 0)
-        out.append('    {"%s", %s, %d, "%s", "%s", %s, %s, %s},' % (
-            arch, 'true' if tied else 'false', hd, mode, targets, 'true' if gc else 'false',
-            'true' if ret else 'false', name))
-    out.append('};')
-    out.append('')
-    out.append('}  // namespace vramfit::detail::programs::%s' % ns)
+        programs.append('p %s %d %d %s %s %d %d : %s' % (
+            arch, 1 if tied else 0, hd, mode, targets or '-', 1 if gc else 0, 1 if ret else 0, ' '.join(refs)))
+    out = ['# vramfit step programs, generated by tests/validation/trace_program.py from marked allocator',
+           '# traces. Do not edit: regenerate. Format: include/vramfit/program_file.hpp',
+           'vramfit-programs 1',
+           'stack %s' % ns.replace('_', '-'),
+           'gpu %s' % gpu,
+           'software %s' % software,
+           'sections %d' % len(sections)]
+    out += ['s ' + ' '.join(str(x) for x in s) for s in sections]
+    out.append('programs %d' % len(programs))
+    out += programs
+    out.append('end')
     open(path, 'w').write('\n'.join(out) + '\n')
 
 

@@ -2,13 +2,14 @@
 /// @file detail/simulate.hpp
 /// The exact path behind `vramfit::estimate`: a step's recorded step program (detail/step_program.hpp)
 /// run through the caching-allocator model at every segment placement considered, for the kinds of
-/// step that were recorded (detail/programs/*.hpp). Why placements matter: tests/validation/README.md.
+/// step that were recorded (step-program files, program_file.hpp). Why placements matter: tests/validation/README.md.
 
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <iterator>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -44,10 +45,11 @@ inline std::string_view lora_targets_key(const Step& s) {
   return "?";
 }
 
-/// The recorded entry of the step's kind among `entries` (a stack's table), or nullptr and why.
-template <class Entry, std::size_t N>
-const Entry* find_entry(const Entry (&entries)[N], const ModelShape& m, const Step& s, std::string_view& why) {
-  const auto fail = [&](std::string_view w) -> const Entry* {
+/// The recorded entry of the step's kind among `entries` (a `ProgramSet`'s), or nullptr and why.
+template <class Entries>
+auto find_entry(const Entries& entries, const ModelShape& m, const Step& s, std::string_view& why)
+    -> decltype(&*std::begin(entries)) {
+  const auto fail = [&](std::string_view w) -> decltype(&*std::begin(entries)) {
     why = w;
     return nullptr;
   };
@@ -78,17 +80,6 @@ const Entry* find_entry(const Entry (&entries)[N], const ModelShape& m, const St
     }
   }
   return fail("this kind of step (architecture, head, mode, checkpointing, kept logits) was not recorded");
-}
-
-/// The parsed program of `e`, parsed once per table.
-template <class Entry, std::size_t N>
-const StepProgram& parsed(const Entry (&entries)[N], const Entry& e) {
-  static const std::vector<StepProgram> all = [&] {
-    std::vector<StepProgram> v;
-    for (const auto& x : entries) v.emplace_back(x.program);
-    return v;
-  }();
-  return all[static_cast<std::size_t>(&e - entries)];
 }
 
 inline ProgramDims program_dims(const ModelShape& m, const Step& s) {

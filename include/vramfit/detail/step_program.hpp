@@ -7,7 +7,7 @@
 /// allocated bytes, slack included, without a GPU.
 ///
 /// Programs come from traces (tests/validation/trace_capture.py --marks, `vramfit probe --trace-out`)
-/// turned into this form by tests/validation/trace_program.py (detail/programs/*.hpp). What was
+/// turned into this form by tests/validation/trace_program.py (step-program files, program_file.hpp). What was
 /// recorded and how it is checked: tests/validation/README.md#step-programs
 ///
 /// The flat form (int32): a size table, then blocks.
