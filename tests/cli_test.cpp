@@ -923,3 +923,35 @@ TEST_CASE("cli: predict --varied-lengths and --lengths") {
     fails_naming("--varied-lengths", on_small("predict", {"--varied-lengths=yes"}));
   }
 }
+
+// --programs: the step programs to simulate with, a file or a directory of STACK.programs; the
+// answer names the file it used; a file of another stack is not used, and a warning says so.
+TEST_CASE("cli: --programs FILE|DIR") {
+  const std::string dir = data_file("programs");
+  const std::string file = dir + "/hf-peft.programs";
+  const Ran own = succeeds(0, on_small("predict", {"--seq", "1024", "--programs", file}));
+  holds(own.out, {"step programs: " + file + "\n"});
+  const Ran builtin = succeeds(0, on_small("predict", {"--seq", "1024"}));
+  holds(builtin.out, {"step programs: " + vramfit::builtin_programs("hf-peft").set->source + "\n"});
+  const nlohmann::json j = json_object(succeeds(0, on_small("predict", {"--seq", "1024", "--programs", dir, "--stack",
+                                                                          "libtorch", "--json"})));
+  CHECK(j["provenance"]["programs"] == dir + "/libtorch.programs");
+  CHECK(j["method"] == "allocator simulation");
+  CHECK(json_object(succeeds(0, on_small("predict", {"--seq", "100", "--json"})))["provenance"]["programs"].is_null());
+
+  SUBCASE("a file of another stack: a warning, and the built-in programs") {
+    const Ran r = run_vramfit(on_small("max-batch", {"--seq", "1024", "--budget", "8GB", "--programs",
+                                                     dir + "/libtorch.programs"}));
+    CHECK(r.status == 0);
+    CHECK(r.err == "vramfit: warning: --programs: " + dir +
+                       "/libtorch.programs holds step programs of libtorch, not of --stack hf-peft; they are not used\n");
+  }
+  SUBCASE("bad input names --programs") {
+    fails_naming("--programs", on_small("predict", {"--programs", "/nonexistent.programs"}));
+    fails_naming("--programs", on_small("predict", {"--programs", data_file("configs")}));  // no hf-peft.programs
+    fails_naming("--programs", on_small("predict", {"--programs", data_file("configs/SmolLM2-135M.json")}));
+    const Ran r = run_vramfit(on_small("predict", {"--programs", data_file("configs/SmolLM2-135M.json")}));
+    CHECK(r.err.find("vramfit: error: --programs: " + data_file("configs/SmolLM2-135M.json") +
+                     ":1: must begin with 'vramfit-programs 1'") == 0);
+  }
+}

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <array>
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -228,6 +230,16 @@ struct ErrorOut {
   }
 };
 
+/// Installed as PREFIX/bin/vramfit, the executable reads the built-in step programs installed
+/// with it (PREFIX/share/vramfit/programs); elsewhere (a build tree) VRAMFIT_PROGRAMS_DIR's.
+void use_installed_programs() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return;
+  const std::filesystem::path installed = exe.parent_path().parent_path() / "share" / "vramfit" / "programs";
+  if (std::filesystem::exists(installed / "hf-peft.programs", ec)) use_builtin_programs_from(installed);
+}
+
 }  // namespace
 
 #ifndef VRAMFIT_WITH_PROBE
@@ -235,6 +247,7 @@ std::unique_ptr<Command> add_probe(CLI::App& app, BadValues& bad) { return std::
 #endif
 
 int run(std::span<const std::string_view> args, std::FILE* out, std::FILE* err) {
+  use_installed_programs();
   CLI::App app("predicts the peak GPU memory of one fine-tuning step", "vramfit");
   app.formatter(std::make_shared<Help>());  // before the subcommands: they share it
   app.set_help_flag("-h,--help", "print this help");

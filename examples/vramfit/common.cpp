@@ -14,6 +14,36 @@
 
 namespace vramfit::cli {
 
+RunContext ModelFlags::context(std::FILE* err) const {
+  RunContext c;
+  c.budget = budget;
+  c.alloc_conf = alloc_conf;
+  if (programs_path && !programs_read_) {
+    const std::string name = std::string(to_string(stack));
+    std::error_code ec;
+    const bool directory = std::filesystem::is_directory(*programs_path, ec);
+    const std::filesystem::path file = directory ? *programs_path / (name + ".programs") : *programs_path;
+    if (directory && !std::filesystem::exists(file, ec))
+      throw InvalidInput("--programs", fmt::format("the directory '{}' holds no {}.programs (the step programs of "
+                                                   "--stack {})", programs_path->string(), name, name));
+    try {
+      programs_ = load_programs(file, "--programs");
+    } catch (const InvalidInput& e) {
+      if (e.field() == "--programs") throw;
+      throw InvalidInput("--programs", e.what());  // "FILE:LINE: ..." under the flag's name
+    }
+    programs_read_ = true;
+    if (programs_->stack != name) {
+      if (err != nullptr)
+        fmt::print(err, "vramfit: warning: --programs: {} holds step programs of {}, not of --stack {}; they are not used\n",
+                   file.string(), programs_->stack, name);
+      programs_ = nullptr;
+    }
+  }
+  c.programs = programs_;
+  return c;
+}
+
 std::uint64_t parse_positive(std::string_view flag, std::string_view text) {
   const std::string expected = "expected a whole number of at least 1, got '" + std::string(text) + "'";
   if (text.empty() || text.front() < '0' || text.front() > '9') throw InvalidInput(flag, expected);

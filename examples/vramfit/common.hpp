@@ -171,13 +171,12 @@ struct ModelFlags {
   void check(bool model_required = true) const;
   /// The model (reads the config file) and the step the flags give for it.
   [[nodiscard]] NamedModel resolve() const;
-  /// The run `estimate` decides: the budget (if any) and the allocator's settings.
-  [[nodiscard]] RunContext context() const {
-    RunContext c;
-    c.budget = budget;
-    c.alloc_conf = alloc_conf;
-    return c;
-  }
+  std::optional<std::filesystem::path> programs_path;  ///< --programs: a step-program file or a directory of them
+
+  /// The run `estimate` decides: the budget (if any), the allocator's settings and --programs's
+  /// step programs, read on the first call. A file of another stack than --stack is not used,
+  /// and `err` (where given) is told once.
+  [[nodiscard]] RunContext context(std::FILE* err = nullptr) const;
 
 private:
   bool precision_given_ = false;            ///< --precision given: the config's dtype does not apply
@@ -185,6 +184,8 @@ private:
   const CLI::Option* lora_targets_ = nullptr;
   const CLI::Option* budget_ = nullptr;  ///< to tell --budget and --gpu apart
   const CLI::Option* gpu_ = nullptr;
+  mutable std::shared_ptr<const ProgramSet> programs_;  ///< --programs, once read
+  mutable bool programs_read_ = false;
 };
 
 /// A command on a model (predict, max-batch, max-seq, sweep, probe): the model and step flags,

@@ -133,6 +133,11 @@ void ModelFlags::add(CLI::App& app, BadValues& bad, StepFlagSet set) {
               "the allocator's settings in PYTORCH_CUDA_ALLOC_CONF's syntax, e.g. expandable_segments:True or "
               "max_split_size_mb:512 (also garbage_collection_threshold:X); other keys are refused",
               [this](std::string_view v) { alloc_conf = parse_alloc_conf(v, "--alloc-conf"); });
+    add_value(app, bad, "--programs", "FILE|DIR",
+              "step programs to simulate with instead of the built-in ones: a file that vramfit-record or "
+              "trace_program.py wrote, or a directory holding STACK.programs (e.g. hf-peft.programs); a file "
+              "of another stack than --stack is not used (a warning says so)",
+              [this](std::string_view v) { programs_path = std::filesystem::path(v); });
   }
   if (!set.ranks) return;
   add_value(app, bad, "--world-size", "N",

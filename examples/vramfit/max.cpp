@@ -35,13 +35,13 @@ public:
                                          " (the memory the allocator may reserve, e.g. --budget 24GiB, or --gpu NAME)");
   }
 
-  int run(std::FILE* out, std::FILE*) const override {
+  int run(std::FILE* out, std::FILE* err) const override {
     const NamedModel model = flags_.resolve();
     const Budget budget(*flags_.budget);
     Step step = search_batch_ ? model.at(model.step.batch, model.step.seq) : model.step;
     const std::string_view what = search_batch_ ? "batch" : "seq";
-    SearchResult found = search_batch_ ? max_batch(model.shape, step, budget, flags_.stack, flags_.context())
-                                       : max_seq(model.shape, step, budget, flags_.stack, flags_.context());
+    SearchResult found = search_batch_ ? max_batch(model.shape, step, budget, flags_.stack, flags_.context(err))
+                                       : max_seq(model.shape, step, budget, flags_.stack, flags_.context(err));
     // A config's sliding window bounds the sequences vramfit models (`validate(step, config)`).
     const bool window_capped = !search_batch_ && model.sliding_window && found.value >= *model.sliding_window;
     if (window_capped) {

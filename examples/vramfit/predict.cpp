@@ -42,7 +42,7 @@ public:
     if (varied_ || !lengths_.empty()) return run_varied(out, err);
     const NamedModel model = flags_.resolve();
     const Step step = model.at(model.step.batch, model.step.seq);
-    const Estimate e = estimate(model.shape, step, flags_.stack, flags_.context());
+    const Estimate e = estimate(model.shape, step, flags_.stack, flags_.context(err));
     const std::optional<Bytes>& budget = flags_.budget;
     const bool fits = !budget || e.fits(Budget(*budget));
     if (json_) {
@@ -58,9 +58,10 @@ public:
     if (e.simulation)
       fmt::print(out,
                  "\nallocator simulation of the recorded {} step ({} requests): peak {} in the {}\n"
-                 "(the prediction above; the table is the closed form's breakdown, {} at its peak)\n",
+                 "(the prediction above; the table is the closed form's breakdown, {} at its peak)\n"
+                 "step programs: {}\n",
                  e.stack == Stack::libtorch ? "LibTorch probe" : "HF + PEFT", e.simulation->requests,
-                 e.simulation->peak, e.simulation->phase, p.peak);
+                 e.simulation->peak, e.simulation->phase, p.peak, e.provenance.programs);
     else if (!e.no_simulation.empty())
       fmt::print(out, "\nno allocator simulation: {}; the closed form is the prediction\n", e.no_simulation);
     if (e.simulation && !budget)
@@ -102,11 +103,11 @@ private:
   bool varied_ = false;
   std::vector<std::uint64_t> lengths_;
 
-  int run_varied(std::FILE* out, std::FILE*) const {
+  int run_varied(std::FILE* out, std::FILE* err) const {
     const NamedModel model = flags_.resolve();
     const Step step = model.at(model.step.batch, model.step.seq);
     const VariedLengthsEstimate v =
-        estimate_varied_lengths(model.shape, step, VariedLengths{lengths_}, flags_.stack, flags_.context());
+        estimate_varied_lengths(model.shape, step, VariedLengths{lengths_}, flags_.stack, flags_.context(err));
     const std::optional<Bytes>& budget = flags_.budget;
     const bool fits = !v.verdict || v.verdict->fits;
     if (json_) {

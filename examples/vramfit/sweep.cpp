@@ -53,7 +53,7 @@ public:
       for (std::uint64_t batch : flags_.batches) {
         if (progress) fmt::print(err, "\rsweep: step {} of {} (seq {}, batch {}) ", rows.size() + 1, total, seq, batch);
         const Step step = model.at(batch, seq);
-        rows.push_back({step, estimate(model.shape, step, flags_.stack, flags_.context())});
+        rows.push_back({step, estimate(model.shape, step, flags_.stack, flags_.context(err))});
       }
     if (progress) fmt::print(err, "\r{:60}\r", "");
     const bool all_fit = !budget || std::all_of(rows.begin(), rows.end(), [&](const Row& r) {

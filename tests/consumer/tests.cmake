@@ -57,6 +57,16 @@ if(TARGET vramfit_cli)
     COMMAND ${consumer_prefix}/${CMAKE_INSTALL_BINDIR}/vramfit predict --model SmolLM2-135M)
   set_tests_properties(consumer_installed_cli_predict PROPERTIES FIXTURES_REQUIRED vramfit_installed LABELS consumer
     PASS_REGULAR_EXPRESSION "peak: +[0-9.]+ GB")
+  # The installed executable simulates with the step programs installed beside it, not the source tree's.
+  add_test(NAME consumer_installed_cli_programs
+    COMMAND ${consumer_prefix}/${CMAKE_INSTALL_BINDIR}/vramfit predict --model SmolLM2-135M --seq 1024)
+  set_tests_properties(consumer_installed_cli_programs PROPERTIES FIXTURES_REQUIRED vramfit_installed LABELS consumer
+    PASS_REGULAR_EXPRESSION "step programs: ${consumer_prefix}/${CMAKE_INSTALL_DATADIR}/vramfit/programs/hf-peft.programs")
+  # Without the files (VRAMFIT_PROGRAMS_DIR names a directory without them): the closed form, saying why.
+  add_test(NAME consumer_cli_without_programs COMMAND vramfit_cli predict --model SmolLM2-135M --seq 1024)
+  set_tests_properties(consumer_cli_without_programs PROPERTIES LABELS consumer
+    ENVIRONMENT "VRAMFIT_PROGRAMS_DIR=${CMAKE_CURRENT_BINARY_DIR}"
+    PASS_REGULAR_EXPRESSION "no allocator simulation: no built-in step programs: VRAMFIT_PROGRAMS_DIR: cannot read '[^']*hf-peft.programs': No such file")
 endif()
 add_test(NAME consumer_installed_license
   COMMAND ${CMAKE_COMMAND} -E cat ${consumer_prefix}/${CMAKE_INSTALL_DOCDIR}/LICENSE)
