@@ -65,8 +65,15 @@ if(TARGET vramfit_cli)
   # Without the files (VRAMFIT_PROGRAMS_DIR names a directory without them): the closed form, saying why.
   add_test(NAME consumer_cli_without_programs COMMAND vramfit_cli predict --model SmolLM2-135M --seq 1024)
   set_tests_properties(consumer_cli_without_programs PROPERTIES LABELS consumer
-    ENVIRONMENT "VRAMFIT_PROGRAMS_DIR=${CMAKE_CURRENT_BINARY_DIR}"
+    ENVIRONMENT "VRAMFIT_PROGRAMS_DIR=${CMAKE_CURRENT_BINARY_DIR}/no-programs"
     PASS_REGULAR_EXPRESSION "no allocator simulation: no built-in step programs: VRAMFIT_PROGRAMS_DIR: cannot read '[^']*hf-peft.programs': No such file")
+endif()
+# vramfit-record is installed with the modules it runs (share/vramfit/record); --help needs no torch.
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME consumer_installed_record_help COMMAND ${consumer_prefix}/${CMAKE_INSTALL_BINDIR}/vramfit-record --help)
+  set_tests_properties(consumer_installed_record_help PROPERTIES FIXTURES_REQUIRED vramfit_installed LABELS consumer
+    ENVIRONMENT "PYTHON=${Python3_EXECUTABLE}" PASS_REGULAR_EXPRESSION "usage: vramfit-record")
 endif()
 add_test(NAME consumer_installed_license
   COMMAND ${CMAKE_COMMAND} -E cat ${consumer_prefix}/${CMAKE_INSTALL_DOCDIR}/LICENSE)

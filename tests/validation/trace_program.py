@@ -925,7 +925,8 @@ def write_programs(path, verified, stack, ns='hf_peft'):
     out.append('programs %d' % len(programs))
     out += programs
     out.append('end')
-    open(path, 'w').write('\n'.join(out) + '\n')
+    with open(path, 'w') as f:
+        f.write('\n'.join(out) + '\n')
 
 
 if __name__ == '__main__':

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""GPU-free tests of vramfit_record.py (vramfit-record): the models it records for a config, the
+configs it refuses, and the conversion of recorded traces into a step-program file, which the built
+CLI (environment variable VRAMFIT, where set) must then simulate as it does the built-in programs.
+  VRAMFIT=build/vramfit python3 tests/validation/test_vramfit_record.py
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import vramfit_record as R  # noqa: E402
+
+DATA = os.path.join(HERE, "..", "data")
+TRACES = os.path.join(DATA, "traces", "hf_peft_probe_traces.jsonl.gz")
+EXE = os.environ.get("VRAMFIT")
+
+
+def config(name):
+    with open(os.path.join(DATA, "configs", name + ".json")) as f:
+        return json.load(f)
+
+
+class Plan(unittest.TestCase):
+    def test_every_kind_at_two_layer_counts(self):
+        for name, arch, tied, head_dim in (("Qwen2.5-0.5B", "qwen2", True, 64), ("Llama-3.2-1B", "llama", True, 64),
+                                           ("SmolLM2-135M", "llama", True, 64),
+                                           ("Mistral-7B-v0.1", "llama", False, 128)):
+            with self.subTest(name):
+                arms = R.plan(config(name))
+                self.assertEqual(len(arms), 24)
+                self.assertEqual({a["arch"] for a in arms}, {arch})
+                self.assertEqual({a["shape"]["tied_embeddings"] for a in arms}, {tied})
+                self.assertEqual({a["shape"]["head_dim"] for a in arms}, {head_dim})
+                self.assertEqual(sorted({a["shape"]["layers"] for a in arms}), [4, 6])
+                # Each kind of step once per layer count: 12 kinds, the built-in programs' kinds.
+                kinds = {R.kind_of(a) for a in arms}
+                self.assertEqual(len(kinds), 12)
+                self.assertEqual(len({(R.kind_of(a), a["shape"]["layers"]) for a in arms}), 24)
+
+    def test_refused_configs_name_the_key(self):
+        cases = (({"model_type": "qwen3"}, "model_type"),
+                 (dict(config("Llama-3.2-1B"), attention_bias=True), "attention_bias"),
+                 (dict(config("Llama-3.2-1B"), head_dim=80), "head_dim"),
+                 (dict(config("Llama-3.2-1B"), hidden_size="2048"), "hidden_size"))
+        for cfg, key in cases:
+            with self.subTest(key):
+                with self.assertRaises(R.RecordError) as e:
+                    R.plan(cfg)
+                self.assertIn("config.json: " + key, str(e.exception))
+
+    def test_bad_input_exits_2(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "config.json")
+            with open(path, "w") as f:
+                json.dump({"model_type": "gemma3"}, f)
+            self.assertEqual(R.main(["--config", path, "--out", os.path.join(d, "x.programs"),
+                                     "--from-traces", TRACES]), 2)
+            self.assertEqual(R.main(["--config", os.path.join(d, "missing.json"), "--out", "x"]), 2)
+            with open(path, "w") as f:
+                f.write("{")
+            self.assertEqual(R.main(["--config", path, "--out", "x"]), 2)
+
+
+class FromTraces(unittest.TestCase):
+    def test_converts_the_kinds_of_the_config(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "qwen.programs")
+            cfg = os.path.join(DATA, "configs", "Qwen2.5-0.5B.json")
+            self.assertEqual(R.main(["--config", cfg, "--out", out, "--from-traces", TRACES]), 0)
+            with open(out) as f:
+                lines = f.read().splitlines()
+            self.assertEqual(lines[2], "vramfit-programs 1")
+            programs = [l for l in lines if l.startswith("p ")]
+            self.assertEqual(len(programs), 12)
+            self.assertTrue(all(l.startswith("p qwen2 1 1 ") for l in programs), programs[:2])
+            if not EXE:
+                self.skipTest("VRAMFIT (the built CLI) not set")
+            for flags in (["--seq", "1024"], ["--mode", "full", "--seq", "2048", "--grad-ckpt"],
+                          ["--lora-targets", "all-linear", "--batch", "3", "--seq", "700", "--logits-retained"]):
+                with self.subTest(flags=flags):
+                    def predict(*extra):
+                        r = subprocess.run([EXE, "predict", "--config", cfg, *flags, *extra, "--json"],
+                                           capture_output=True, text=True)
+                        self.assertEqual(r.returncode, 0, r.stderr)
+                        return json.loads(r.stdout)
+                    own, builtin = predict("--programs", out), predict()
+                    self.assertEqual(own["method"], "allocator simulation")
+                    self.assertEqual(own["provenance"]["programs"], out)
+                    self.assertEqual(own["peak_bytes"], builtin["peak_bytes"])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""vramfit-record: record the step programs of your own stack (your GPU, torch, transformers,
+PEFT) for your model's architecture, so that `vramfit predict --programs FILE` is exact there.
+
+It builds small random-initialised models of the architecture in CONFIG (its attention biases,
+tied head and head_dim; 4 and 6 layers at widths where no two request sizes collide, as
+program_arms.py chooses them), runs each through the plain training loop of the hf-peft stack
+(forward, loss, backward, AdamW, zero_grad; two steps) with the caching allocator's trace on, and
+turns the traces into step programs (trace_program.py), each checked against the recording at the
+other layer count. Every kind of step the built-in programs hold is recorded: LoRA on q_proj,v_proj,
+on q_proj,k_proj,v_proj,o_proj and all-linear, and full fine-tuning, each plain, with kept logits
+and with checkpointing: 24 small models (hidden 345, vocabulary 3001, 7 x 416 tokens), about a fifth
+of the 112 that trace_capture.py recorded for the built-in programs in about 100 s on an H200 (this
+script itself has not been timed on a GPU yet).
+
+Usage:
+  vramfit-record --config path/to/config.json --out my.programs
+  vramfit predict --config path/to/config.json --programs my.programs ...
+  vramfit-record --config CONFIG --out FILE --from-traces TRACES.jsonl[.gz]   # convert only, no GPU
+
+--from-traces takes traces recorded before (trace_capture.py --marks, or --keep-traces of an
+earlier run) and only converts those of CONFIG's kinds. The Probe's LibTorch step is recorded with
+`vramfit probe --trace-out` instead (trace_program.py --stack libtorch converts it).
+"""
+import argparse, gzip, json, os, subprocess, sys, tempfile, time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import program_arms  # noqa: E402  (no torch at import)
+import trace_program  # noqa: E402
+
+LAYERS = (4, 6)
+KINDS_OF_STEP = [(mode, targets, gc, ret) for mode, targets in program_arms.MODES
+                 for gc, ret in ((False, False), (False, True), (True, False))]
+
+
+class RecordError(Exception):
+    """Bad input: the message names the config key or flag."""
+
+
+def architecture(config):
+    """(arch, tied, head_dim) of a config.json as the programs know them: 'qwen2' (q/k/v biases) or
+    'llama' (none; Mistral too), whether the head is tied, and head_dim (64 or 128)."""
+    model_type = config.get("model_type")
+    if model_type in ("llama", "mistral"):
+        if config.get("attention_bias") or config.get("mlp_bias"):
+            raise RecordError("config.json: attention_bias/mlp_bias: Llama with biases is not a kind of step the "
+                              "programs hold (q/k/v biases: qwen2; none: llama)")
+        arch = "llama"
+    elif model_type == "qwen2":
+        arch = "qwen2"
+    else:
+        raise RecordError("config.json: model_type: %r is not recorded (llama, mistral, qwen2)" % (model_type,))
+    for key in ("hidden_size", "num_attention_heads"):
+        if not isinstance(config.get(key), int) or isinstance(config.get(key), bool) or config[key] < 1:
+            raise RecordError("config.json: %s: must be a positive integer, got %r" % (key, config.get(key)))
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    if head_dim not in (64, 128):
+        raise RecordError("config.json: head_dim: the programs are used at head_dim 64 and 128 only, got %d"
+                          % head_dim)
+    return arch, bool(config.get("tie_word_embeddings", False)), head_dim
+
+
+def plan(config):
+    """The arms to record for CONFIG: every kind of step at 4 and 6 layers."""
+    arch, tied, head_dim = architecture(config)
+    return [program_arms.arm(arch, tied, mode, targets, layers, head_dim, gc, ret)
+            for layers in LAYERS for mode, targets, gc, ret in KINDS_OF_STEP]
+
+
+def kind_of(arm):
+    """An arm's kind as trace_program.py groups them, plus its head_dim."""
+    return trace_program.variant_key(arm), arm["shape"]["head_dim"]
+
+
+def capture(arms, out_dir, python):
+    """Runs trace_capture.py --marks over the arms in one process (as the built-in programs were
+    recorded), printing its line per arm as progress."""
+    cmd = [python, os.path.join(HERE, "trace_capture.py"), "--marks", "--out", out_dir]
+    cmd += [json.dumps(a, separators=(",", ":")) for a in arms]
+    print("vramfit-record: recording %d small models (4 and 6 layers) on this GPU" % len(arms), flush=True)
+    t0 = time.time()
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as p:
+        for line in p.stdout:
+            if line.startswith("arm "):
+                n = int(line.split(":")[0].split()[1]) + 1
+                print("  [%d/%d, %.0f s] %s" % (n, len(arms), time.time() - t0, line.strip()), flush=True)
+    if p.returncode != 0:
+        raise RecordError("trace_capture.py failed (exit %d); its error is above" % p.returncode)
+
+
+def join_traces(trace_dir, count, out_path):
+    """DIR/trace-0..count-1.jsonl (a stack row and a trace row each) as one file: one stack row, then
+    the trace rows."""
+    with gzip.open(out_path, "wt") as out:
+        for n in range(count):
+            with open(os.path.join(trace_dir, "trace-%d.jsonl" % n)) as f:
+                rows = [json.loads(l) for l in f]
+            for r in rows:
+                if r.get("kind") == "stack" and n > 0:
+                    continue
+                out.write(json.dumps(r, separators=(",", ":")) + "\n")
+
+
+def select_traces(traces_path, arms, out_path):
+    """The rows of TRACES (recorded before) of the arms' kinds, with its stack row."""
+    wanted = {kind_of(a) for a in arms}
+    opener = gzip.open if traces_path.endswith(".gz") else open
+    kept = 0
+    with opener(traces_path, "rt") as f, gzip.open(out_path, "wt") as out:
+        for line in f:
+            row = json.loads(line)
+            if row.get("kind") == "trace" and kind_of(row["arm"]) not in wanted:
+                continue
+            kept += row.get("kind") == "trace"
+            out.write(line if line.endswith("\n") else line + "\n")
+    if kept == 0:
+        raise RecordError("--from-traces: %s holds no trace of this config's kinds" % traces_path)
+    return kept
+
+
+def main(argv=None):
+    about, usage = __doc__.split("Usage:\n")
+    p = argparse.ArgumentParser(prog="vramfit-record", description=about.strip(),
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog="examples:\n" + usage)
+    p.add_argument("--config", required=True, help="the model's Hugging Face config.json")
+    p.add_argument("--out", required=True, help="the step-program file to write (e.g. my.programs)")
+    p.add_argument("--from-traces", metavar="TRACES", help="convert these recorded traces; record nothing")
+    p.add_argument("--keep-traces", metavar="FILE", help="also keep the recorded traces (jsonl.gz) here")
+    p.add_argument("--python", default=sys.executable, help="the Python with torch, transformers and PEFT")
+    a = p.parse_args(argv)
+    try:
+        try:
+            with open(a.config) as f:
+                config = json.load(f)
+        except (OSError, ValueError) as e:
+            raise RecordError("--config: cannot read %s: %s" % (a.config, e))
+        if not isinstance(config, dict):
+            raise RecordError("--config: %s is not a JSON object" % a.config)
+        arms = plan(config)
+        with tempfile.TemporaryDirectory(prefix="vramfit-record-") as work:
+            traces = a.keep_traces or os.path.join(work, "traces.jsonl.gz")
+            if a.from_traces:
+                kept = select_traces(a.from_traces, arms, traces)
+                print("vramfit-record: %d traces of this config's kinds in %s" % (kept, a.from_traces), flush=True)
+            else:
+                capture(arms, work, a.python)
+                join_traces(work, len(arms), traces)
+            print("vramfit-record: checking each program against the other layer count and writing %s" % a.out,
+                  flush=True)
+            status = trace_program.main([traces, "--programs", a.out])
+    except (OSError, ValueError, RecordError) as e:
+        print("vramfit-record: error: %s" % e, file=sys.stderr)
+        return 2
+    if status != 0:
+        print("vramfit-record: some kinds were rejected (above); %s holds the others" % a.out, file=sys.stderr)
+        return 1
+    print("vramfit-record: wrote %s; use it with: vramfit predict --config %s --programs %s ..."
+          % (a.out, a.config, a.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
