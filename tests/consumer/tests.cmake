@@ -28,10 +28,11 @@ function(vramfit_consumer_test name)
 endfunction()
 
 # The core needs fmt alone: found, built and run with nlohmann-json hidden from find_package.
+# Each consumer's estimate simulates with the package's step programs: the installed ones, or the source tree's.
 vramfit_consumer_test(find_package SOURCE find_package INSTALLED ARGS -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON
-  MATCH "consumer: peak [0-9]+ fits 24 GiB: true")
+  MATCH "consumer: peak [0-9]+ fits 24 GiB: true\nconsumer: allocator simulation with ${consumer_prefix}/${CMAKE_INSTALL_DATADIR}/vramfit/programs/hf-peft.programs")
 vramfit_consumer_test(add_subdirectory SOURCE add_subdirectory ARGS "-DVRAMFIT_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
-  MATCH "consumer: peak [0-9]+ fits 24 GiB: true")
+  MATCH "consumer: peak [0-9]+ fits 24 GiB: true\nconsumer: allocator simulation with ${PROJECT_SOURCE_DIR}/tests/data/programs/hf-peft.programs")
 
 if(TARGET vramfit::json)
   vramfit_consumer_test(find_package_json SOURCE find_package_json INSTALLED
