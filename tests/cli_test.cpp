@@ -955,3 +955,27 @@ TEST_CASE("cli: --programs FILE|DIR") {
                      ":1: must begin with 'vramfit-programs 1'") == 0);
   }
 }
+
+// replay --programs: the measured steps predicted with a program file (the built-in one copied
+// gives the built-in figures; the JSON names the file).
+TEST_CASE("cli: replay --programs") {
+  const std::string file = data_file("programs/hf-peft.programs");
+  const Ran own = succeeds(0, {"replay", "--data", data_file("hf_steps.jsonl"), "--programs", file, "--json"});
+  const Ran builtin = succeeds(0, {"replay", "--data", data_file("hf_steps.jsonl"), "--json"});
+  const std::vector<nlohmann::json> a = json_lines(own), b = json_lines(builtin);
+  REQUIRE(a.size() == b.size());
+  REQUIRE(!a.empty());
+  std::size_t simulated = 0;
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    CHECK(a[k]["predicted_bytes"] == b[k]["predicted_bytes"]);
+    if (a[k]["method"] == "allocator simulation") {
+      ++simulated;
+      CHECK(a[k]["programs"] == file);
+    }
+  }
+  CHECK(simulated > 0);
+  fails_naming("--programs", {"replay", "--data", data_file("hf_steps.jsonl"), "--programs",
+                              data_file("programs/libtorch.programs")});
+  fails_naming("--programs", {"replay", "--trace", data_file("traces/smollm2-135m-full-s1024.jsonl"), "--programs",
+                              file});
+}

@@ -14,29 +14,33 @@
 
 namespace vramfit::cli {
 
+std::shared_ptr<const ProgramSet> read_programs_flag(const std::filesystem::path& path, Stack stack) {
+  const std::string name = std::string(to_string(stack));
+  std::error_code ec;
+  const bool directory = std::filesystem::is_directory(path, ec);
+  const std::filesystem::path file = directory ? path / (name + ".programs") : path;
+  if (directory && !std::filesystem::exists(file, ec))
+    throw InvalidInput("--programs", fmt::format("the directory '{}' holds no {}.programs (the step programs of "
+                                                 "--stack {})", path.string(), name, name));
+  try {
+    return load_programs(file, "--programs");
+  } catch (const InvalidInput& e) {
+    if (e.field() == "--programs") throw;
+    throw InvalidInput("--programs", e.what());  // "FILE:LINE: ..." under the flag's name
+  }
+}
+
 RunContext ModelFlags::context(std::FILE* err) const {
   RunContext c;
   c.budget = budget;
   c.alloc_conf = alloc_conf;
   if (programs_path && !programs_read_) {
-    const std::string name = std::string(to_string(stack));
-    std::error_code ec;
-    const bool directory = std::filesystem::is_directory(*programs_path, ec);
-    const std::filesystem::path file = directory ? *programs_path / (name + ".programs") : *programs_path;
-    if (directory && !std::filesystem::exists(file, ec))
-      throw InvalidInput("--programs", fmt::format("the directory '{}' holds no {}.programs (the step programs of "
-                                                   "--stack {})", programs_path->string(), name, name));
-    try {
-      programs_ = load_programs(file, "--programs");
-    } catch (const InvalidInput& e) {
-      if (e.field() == "--programs") throw;
-      throw InvalidInput("--programs", e.what());  // "FILE:LINE: ..." under the flag's name
-    }
+    programs_ = read_programs_flag(*programs_path, stack);
     programs_read_ = true;
-    if (programs_->stack != name) {
+    if (programs_->stack != to_string(stack)) {
       if (err != nullptr)
         fmt::print(err, "vramfit: warning: --programs: {} holds step programs of {}, not of --stack {}; they are not used\n",
-                   file.string(), programs_->stack, name);
+                   programs_->source, programs_->stack, to_string(stack));
       programs_ = nullptr;
     }
   }

@@ -125,6 +125,10 @@ std::uint64_t parse_positive(std::string_view flag, std::string_view text);
 /// each).
 std::vector<std::uint64_t> parse_numbers(std::string_view flag, std::string_view text, bool list);
 
+/// --programs FILE|DIR: the step-program file, or DIR/STACK.programs for `stack`; every error names
+/// --programs (a damaged file: "--programs: FILE:LINE: ..."). The file may hold another stack's.
+std::shared_ptr<const ProgramSet> read_programs_flag(const std::filesystem::path& path, Stack stack);
+
 /// Whether the option was given on the command line.
 bool given(const CLI::Option* option);
 /// The subcommand's name, as the user typed it.

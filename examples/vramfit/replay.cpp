@@ -4,6 +4,7 @@
 // the caching-allocator model: exit 0 when it gives the measured peaks exactly.
 
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +34,10 @@ public:
     add_value(*app_, bad, "--trace", "FILE",
               "an allocator trace (tests/validation/trace_capture.py writes them; tests/data/traces/ has some)",
               [this](std::string_view v) { trace_ = std::filesystem::path(v); });
+    add_value(*app_, bad, "--programs", "FILE|DIR",
+              "step programs to simulate with instead of the built-in ones (as predict takes them); the rows must be "
+              "of their stack",
+              [this](std::string_view v) { programs_path_ = std::filesystem::path(v); });
     add_switch(*app_, "--json", json_, "print JSON lines instead of text: one object per line, a line per step");
   }
 
@@ -43,6 +48,8 @@ public:
                                    "or give --trace FILE");
     if (trace_ && stack_given())
       throw InvalidInput("--stack", "does not apply to --trace (a trace has no prediction)");
+    if (trace_ && programs_path_)
+      throw InvalidInput("--programs", "does not apply to --trace (a trace has no prediction)");
   }
 
   int run(std::FILE* out, std::FILE*) const override { return trace_ ? run_trace(out) : run_data(out); }
@@ -60,11 +67,21 @@ private:
       if (!table.empty() && !json_) fmt::print(out, "{}\n", sweep_table(table));
       table.clear();
     };
+    std::shared_ptr<const ProgramSet> programs;  // --programs, read for the rows' stack
+    Stack programs_stack = Stack::hf_peft;
     for (const vramfit::detail::MeasuredStep& m : data.steps) {
       const Stack stack = stack_given() ? stack_ : parse_stack(m.stack, "stack_profile");
       // As the harness ran it: the cache emptied after the build, on top of what the process held
       // before the arm (its recorded pre_arm_allocated, where there is one).
-      const RunContext context{.held_before = m.baseline, .cache_emptied_after_build = m.cache_emptied_after_build};
+      RunContext context{.held_before = m.baseline, .cache_emptied_after_build = m.cache_emptied_after_build};
+      if (programs_path_) {
+        if (!programs || programs_stack != stack) programs = read_programs_flag(*programs_path_, stack);
+        programs_stack = stack;
+        if (programs->stack != to_string(stack))
+          throw InvalidInput("--programs", fmt::format("{} holds step programs of {}; line {} is a step of {}",
+                                                       programs->source, programs->stack, m.line, to_string(stack)));
+        context.programs = programs;
+      }
       const Estimate e = estimate(m.shape, m.step, stack, context);
       const Bytes real = m.real(m.step.peak_over);
       const SweepRow row{.batch = m.step.batch, .seq = m.step.seq, .predicted = e.peak, .real = real,
@@ -79,6 +96,7 @@ private:
         j["predicted_bytes"] = e.peak.count();
         j["method"] = to_string(e.method);
         j["closed_form_bytes"] = e.closed_form.peak.count();
+        j["programs"] = e.provenance.programs.empty() ? nlohmann::json(nullptr) : nlohmann::json(e.provenance.programs);
         j["real_bytes"] = real.count();
         j["ratio"] = *row.ratio();
         j["verdict"] = row.verdict();
@@ -144,6 +162,7 @@ private:
   const CLI::Option* stack_flag_ = nullptr;
   std::optional<std::filesystem::path> data_;   ///< --data: a measurements file
   std::optional<std::filesystem::path> trace_;  ///< --trace: an allocator trace
+  std::optional<std::filesystem::path> programs_path_;  ///< --programs
   bool json_ = false;
 };
 
