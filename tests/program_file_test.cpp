@@ -103,6 +103,15 @@ TEST_CASE("program file: damage is an error naming the file and line") {
             .find("f.programs:7: targets must be '-' for full fine-tuning and only then") == 0);
   CHECK(error_of(small_file("sections 0\nprograms 1\np llama 0 0 full - 0 0 : 0\nend\n"))
             .find("f.programs:7: head_dims must name a head_dim") == 0);
+  // A section referenced over and over: refused once the programs pass 2^24 integers in all.
+  std::string big = "sections 1\ns";
+  for (int k = 0; k < 4096; ++k) big += " 1";
+  big += "\nprograms 2\np llama 0 3 full - 0 0 :";
+  for (int k = 0; k < 3000; ++k) big += " #0";
+  big += "\np llama 0 3 full - 0 0 :";
+  for (int k = 0; k < 2000; ++k) big += " #0";
+  CHECK(error_of(small_file(big + "\nend\n")) ==
+        "f.programs:9: the programs are longer than 16777216 integers in all");
   // Truncated: the programs announced are not all there, or 'end' is missing.
   CHECK(error_of(small_file("sections 0\nprograms 2\np llama 0 3 full - 0 0 : 0\n")) ==
         "f.programs:8: the file ends early: expected a program line 'p ...'");

@@ -66,13 +66,14 @@ struct ProgramSet {
 
 namespace detail {
 
-/// Bounds that keep a damaged or hostile file from asking for unbounded memory: about 100 times
-/// what the built-in files hold (327 sections, 48 programs, 420,000 integers for hf-peft).
+/// Bounds that keep a damaged or hostile file from asking for unbounded memory (a section can be
+/// referenced any number of times): about 40 to 100 times what the built-in files hold (hf-peft:
+/// 327 sections, 48 programs, 418,724 integers in all).
 struct ProgramFileLimits {
   static constexpr std::size_t bytes = std::size_t{64} << 20;
   static constexpr std::size_t sections = 1u << 16;
   static constexpr std::size_t programs = 4096;
-  static constexpr std::size_t program_ints = std::size_t{1} << 24;
+  static constexpr std::size_t program_ints = std::size_t{1} << 24;  ///< over all programs: 64 MiB
 };
 
 class ProgramFileReader {
@@ -217,23 +218,26 @@ class ProgramFileReader {
         const std::size_t k = number(item.substr(1), "a section reference", sections.size());
         if (k >= sections.size())
           fail("section #" + std::to_string(k) + " does not exist (" + std::to_string(sections.size()) + " sections)");
-        if (e.program.size() + sections[k].size() > ProgramFileLimits::program_ints) too_long();
+        if (sections[k].size() > ProgramFileLimits::program_ints - total_ints_) too_long();
+        total_ints_ += sections[k].size();
         e.program.insert(e.program.end(), sections[k].begin(), sections[k].end());
       } else {
-        if (e.program.size() + 1 > ProgramFileLimits::program_ints) too_long();
+        if (total_ints_ == ProgramFileLimits::program_ints) too_long();
+        ++total_ints_;
         e.program.push_back(integer(item));
       }
     }
     return e;
   }
   [[noreturn]] void too_long() const {
-    fail("the program is longer than " + std::to_string(ProgramFileLimits::program_ints) + " integers");
+    fail("the programs are longer than " + std::to_string(ProgramFileLimits::program_ints) + " integers in all");
   }
 
   std::string_view text_;
   std::string_view source_;
   std::size_t at_ = 0;
   std::size_t line_ = 0;
+  std::size_t total_ints_ = 0;  ///< over the programs read so far
 };
 
 /// The directory the built-in program files are read from: VRAMFIT_PROGRAMS_DIR in the
