@@ -94,5 +94,41 @@ class FromTraces(unittest.TestCase):
                     self.assertEqual(own["peak_bytes"], builtin["peak_bytes"])
 
 
+class RecordedOnTheGpu(unittest.TestCase):
+    """tests/data/recorded/: vramfit-record run on an H100 for Qwen2.5-0.5B (35 s), and ten held-out
+    steps of that model (other batches, lengths and ranks; hf_harness.py --isolate, a fresh process
+    each) measured on the same machine."""
+    RECORDED = os.path.join(DATA, "recorded")
+    PROGRAMS = os.path.join(RECORDED, "qwen2.5-0.5b-h100.programs")
+
+    def test_the_file_is_what_its_traces_give(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "again.programs")
+            self.assertEqual(R.main(["--config", os.path.join(DATA, "configs", "Qwen2.5-0.5B.json"), "--out", out,
+                                     "--from-traces", os.path.join(self.RECORDED, "qwen2.5-0.5b-h100-traces.jsonl.gz")]),
+                             0)
+            with open(out) as a, open(self.PROGRAMS) as b:
+                self.assertEqual(a.read(), b.read())
+
+    def test_held_out_steps_within_half_a_percent_none_under(self):
+        if not EXE:
+            self.skipTest("VRAMFIT (the built CLI) not set")
+        r = subprocess.run([EXE, "replay", "--data", os.path.join(self.RECORDED, "qwen2.5-0.5b-h100-heldout.jsonl"),
+                            "--programs", self.PROGRAMS, "--json"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = [json.loads(l) for l in r.stdout.splitlines()]
+        self.assertEqual(len(rows), 10)
+        kinds = set()
+        for row in rows:
+            with self.subTest(line=row["line"]):
+                self.assertEqual(row["method"], "allocator simulation")
+                self.assertEqual(row["programs"], self.PROGRAMS)
+                self.assertGreaterEqual(row["predicted_bytes"], row["real_bytes"])
+                self.assertLessEqual(row["predicted_bytes"], row["real_bytes"] * 1.005)
+                kinds.add((row["step"]["mode"], str(row["step"].get("lora_targets")),
+                           row["step"]["gradient_checkpointing"], row["step"].get("logits_retained", False)))
+        self.assertGreaterEqual(len(kinds), 8)
+
+
 if __name__ == "__main__":
     unittest.main()
