@@ -31,6 +31,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -129,30 +130,27 @@ class ProgramFileReader {
     return s.size() > 60 ? std::string(s.substr(0, 60)) + "..." : std::string(s);
   }
 
-  /// The next line that is not a comment, without its newline (and a '\r' before it).
-  std::string_view next_line(std::string_view expected) {
-    while (true) {
-      if (at_ >= text_.size()) {
-        line_ += 1;
-        fail("the file ends early: expected " + std::string(expected));
-      }
-      const std::size_t end = std::min(text_.find('\n', at_), text_.size());
-      std::string_view line = text_.substr(at_, end - at_);
-      at_ = end + 1;
-      ++line_;
-      if (line.ends_with('\r')) line.remove_suffix(1);
-      if (!line.starts_with('#')) return line;
-    }
+  /// The next line, without its newline (and a '\r' before it); nullopt at the end of the text.
+  std::optional<std::string_view> raw_line() {
+    if (at_ >= text_.size()) return std::nullopt;
+    const std::size_t end = std::min(text_.find('\n', at_), text_.size());
+    std::string_view line = text_.substr(at_, end - at_);
+    at_ = end + 1;
+    ++line_;
+    if (line.ends_with('\r')) line.remove_suffix(1);
+    return line;
   }
+  /// The next line that is not a comment.
+  std::string_view next_line(std::string_view expected) {
+    while (const auto line = raw_line())
+      if (!line->starts_with('#')) return *line;
+    line_ += 1;
+    fail("the file ends early: expected " + std::string(expected));
+  }
+  /// Whether only empty lines and comments are left.
   bool rest_is_empty() {
-    while (at_ < text_.size()) {
-      const std::size_t end = std::min(text_.find('\n', at_), text_.size());
-      std::string_view line = text_.substr(at_, end - at_);
-      at_ = end + 1;
-      ++line_;
-      if (line.ends_with('\r')) line.remove_suffix(1);
-      if (!line.empty() && !line.starts_with('#')) return false;
-    }
+    while (const auto line = raw_line())
+      if (!line->empty() && !line->starts_with('#')) return false;
     return true;
   }
   /// The value of a "KEY VALUE" line (VALUE: the rest of the line, not empty).
