@@ -233,8 +233,8 @@ inline ProgramChoice choose_program(const ModelShape& m, const Step& s, Stack st
     out.set = builtin.set.get();
     if (out.set == nullptr) {
       // The step's own reason where it has one (say, fp32), else the missing file's.
-      (void)find_entry(std::vector<ProgramEntry>{}, m, s, why);
-      if (why.starts_with("this kind")) why = builtin.why;
+      why = outside_recorded_steps(m, s);
+      if (why.empty()) why = builtin.why;
       return out;
     }
   }

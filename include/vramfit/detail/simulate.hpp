@@ -45,41 +45,45 @@ inline std::string_view lora_targets_key(const Step& s) {
   return "?";
 }
 
+/// Why no recorded program can apply to this model and step, whatever was recorded (one GPU, bf16,
+/// the fused attention kernel, gated MLPs, the range and head_dims programs are checked at, the
+/// recorded LoRA target sets); empty when a program of its kind may apply.
+inline std::string_view outside_recorded_steps(const ModelShape& m, const Step& s) {
+  if (!s.single_gpu()) return "recorded on one GPU only";
+  if (s.precision != Precision::bf16) return "recorded in bf16 only";
+  if (s.attention != Attention::flash) return "recorded with SDPA's default fused kernel only";
+  if (!m.gated_mlp) return "recorded for gated (SwiGLU) MLPs only";
+  // Checked at seq 416 to 8192 and batch 1 to 7: outside a margin of that, SDPA may pick another
+  // kernel (with other workspaces) and the programs are not used.
+  if (s.seq < 256 || s.seq > 16384 || s.batch > 16)
+    return "outside the range the programs are used in (seq 256 to 16384, batch up to 16)";
+  // Each program gives back the 4-layer trace of its kind; below that some would free a request
+  // their first layers never made (they throw), so the closed form answers.
+  if (m.layers < 4) return "recorded for 4 layers and more only";
+  if (m.head_dimension() != 64 && m.head_dimension() != 128) return "recorded at head_dim 64 and 128 only";
+  if (lora_targets_key(s) == "?") return "LoRA targets recorded: q_proj,v_proj; q_proj,k_proj,v_proj,o_proj; all-linear";
+  return {};
+}
+
 /// The recorded entry of the step's kind among `entries` (a `ProgramSet`'s), or nullptr and why.
 template <class Entries>
 auto find_entry(const Entries& entries, const ModelShape& m, const Step& s, std::string_view& why)
     -> decltype(&*std::begin(entries)) {
-  const auto fail = [&](std::string_view w) -> decltype(&*std::begin(entries)) {
-    why = w;
-    return nullptr;
-  };
-  if (!s.single_gpu()) return fail("recorded on one GPU only");
-  if (s.precision != Precision::bf16) return fail("recorded in bf16 only");
-  if (s.attention != Attention::flash) return fail("recorded with SDPA's default fused kernel only");
-  if (!m.gated_mlp) return fail("recorded for gated (SwiGLU) MLPs only");
-  // Checked at seq 416 to 8192 and batch 1 to 7: outside a margin of that, SDPA may pick another
-  // kernel (with other workspaces) and the programs are not used.
-  if (s.seq < 256 || s.seq > 16384 || s.batch > 16)
-    return fail("outside the range the programs are used in (seq 256 to 16384, batch up to 16)");
-  // Each program gives back the 4-layer trace of its kind; below that some would free a request
-  // their first layers never made (they throw), so the closed form answers.
-  if (m.layers < 4) return fail("recorded for 4 layers and more only");
-  const std::uint64_t hd = m.head_dimension();
-  const unsigned hd_bit = hd == 64 ? 1u : hd == 128 ? 2u : 0u;
-  if (hd_bit == 0) return fail("recorded at head_dim 64 and 128 only");
+  why = outside_recorded_steps(m, s);
+  if (!why.empty()) return nullptr;
+  const unsigned hd_bit = m.head_dimension() == 64 ? 1u : 2u;
   const std::string_view arch = m.qkv_bias ? "qwen2" : "llama";
   const std::string_view mode = s.mode == Mode::lora ? "lora" : "full";
   const std::string_view targets = lora_targets_key(s);
-  if (targets == "?") return fail("LoRA targets recorded: q_proj,v_proj; q_proj,k_proj,v_proj,o_proj; all-linear");
   for (const auto& e : entries) {
     if (e.arch == arch && e.tied == m.tied_embeddings && e.mode == mode && e.targets == targets &&
         e.checkpointing == s.gradient_checkpointing && e.logits_retained == s.logits_retained) {
-      if ((e.head_dims & hd_bit) == 0) return fail("this kind of step was not checked at this head_dim");
-      why = {};
-      return &e;
+      if ((e.head_dims & hd_bit) == 0) why = "this kind of step was not checked at this head_dim";
+      return why.empty() ? &e : nullptr;
     }
   }
-  return fail("this kind of step (architecture, head, mode, checkpointing, kept logits) was not recorded");
+  why = "this kind of step (architecture, head, mode, checkpointing, kept logits) was not recorded";
+  return nullptr;
 }
 
 inline ProgramDims program_dims(const ModelShape& m, const Step& s) {
