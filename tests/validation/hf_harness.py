@@ -59,8 +59,11 @@ PRESETS = {name: {"arch": arch, "max_position_embeddings": mpe, "rms_norm_eps": 
                   "shape": dict(zip(SHAPE_KEYS, shape))}
            for name, arch, mpe, eps, *shape in _PRESET_ROWS}
 
-ARM_KEYS = {"model", "shape", "arch", "name", "mode", "lora_rank", "lora_targets",
+ARM_KEYS = {"model", "shape", "arch", "name", "mode", "lora_rank", "lora_targets", "lora_dropout", "optim",
             "gradient_checkpointing", "logits_retained", "batch", "seq", "note"}
+# The optimizers a step can run (vramfit's --optim): torch.optim.AdamW (foreach, the default on
+# CUDA), torch.optim.SGD with momentum 0.9 (one buffer per parameter) and without (no state).
+OPTIMIZERS = ("adamw", "sgd-momentum", "sgd")
 MAX_BATCH_EXTRA_KEYS = {"cap_bytes"}
 
 STACK = None  # dict, filled once
@@ -200,15 +203,22 @@ def normalize_arm(raw, for_max_batch=False):
         arm["lora_rank"] = _as_int(raw.get("lora_rank", 8), "lora_rank", 1)
         arm["lora_targets"], arm["lora_target_modules"] = canonical_targets(raw.get("lora_targets"))
         arm["lora_alpha"] = 2 * arm["lora_rank"]
-        arm["lora_dropout"] = 0.0
+        dropout = raw.get("lora_dropout", 0.0)
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise ArmSpecError("lora_dropout must be a number in [0, 1), got %r" % (dropout,))
+        arm["lora_dropout"] = float(dropout)
     else:
-        if raw.get("lora_rank") is not None or raw.get("lora_targets") is not None:
-            raise ArmSpecError("mode full takes no lora_rank / lora_targets")
+        if raw.get("lora_rank") is not None or raw.get("lora_targets") is not None or \
+                raw.get("lora_dropout") is not None:
+            raise ArmSpecError("mode full takes no lora_rank / lora_targets / lora_dropout")
         arm["lora_rank"] = None
         arm["lora_targets"] = None
         arm["lora_target_modules"] = None
         arm["lora_alpha"] = None
         arm["lora_dropout"] = None
+    arm["optim"] = raw.get("optim", "adamw")
+    if arm["optim"] not in OPTIMIZERS:
+        raise ArmSpecError("optim must be one of %s, got %r" % (", ".join(OPTIMIZERS), arm["optim"]))
     arm["gradient_checkpointing"] = _as_bool(raw.get("gradient_checkpointing", False), "gradient_checkpointing")
     arm["logits_retained"] = _as_bool(raw.get("logits_retained", False), "logits_retained")
     if for_max_batch:
@@ -227,14 +237,18 @@ def normalize_arm(raw, for_max_batch=False):
 
 def group_key(arm):
     return json.dumps([arm["model"], arm["arch"], arm["shape"], arm["mode"], arm["lora_rank"],
-                       arm["lora_targets"], arm["gradient_checkpointing"]], sort_keys=True)
+                       arm["lora_targets"], arm["lora_dropout"], arm["gradient_checkpointing"]], sort_keys=True)
 
 
 def arm_summary(arm):
     if arm["mode"] == "lora":
         m = "lora r%d %s" % (arm["lora_rank"], arm["lora_targets"])
+        if arm.get("lora_dropout"):
+            m += " dropout %g" % arm["lora_dropout"]
     else:
         m = "full"
+    if arm.get("optim") not in (None, "adamw"):  # the Trainer's arms name their optim themselves
+        m += " " + arm["optim"]
     bs = "b%s s%d" % ("?" if arm["batch"] is None else arm["batch"], arm["seq"])
     return "%s %s gc=%d ret=%d %s" % (arm["model"], m, int(arm["gradient_checkpointing"]),
                                       int(arm["logits_retained"]), bs)
@@ -740,7 +754,7 @@ def _phase_end(begin):
 
 def optimizer_info(optimizer, params):
     d = optimizer.defaults
-    info = {k: d.get(k) for k in ("lr", "betas", "eps", "weight_decay", "amsgrad", "foreach", "fused",
+    info = {k: d.get(k) for k in ("lr", "betas", "eps", "momentum", "weight_decay", "amsgrad", "foreach", "fused",
                                   "capturable", "differentiable", "maximize")}
     try:
         from torch.optim.optimizer import _default_to_fused_or_foreach
@@ -752,6 +766,14 @@ def optimizer_info(optimizer, params):
         info["resolved_foreach"] = None
     info["class"] = type(optimizer).__name__
     return info
+
+
+def make_optimizer(params, arm):
+    """The arm's optimizer over `params` (lr 1e-4), with torch's defaults otherwise (foreach on CUDA)."""
+    name = arm.get("optim", "adamw")
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-4)
+    return torch.optim.SGD(params, lr=1e-4, momentum=0.9 if name == "sgd-momentum" else 0.0)
 
 
 def make_batch(batch_size, seq, vocab, gen):
@@ -766,7 +788,7 @@ def run_steps(model, arm, vocab, seed, res, steps=2, lengths=None):
     new batch of lengths[k-1] tokens, made while the previous batch is still bound, as a loop body
     `batch = next(it)` does."""
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=1e-4)
+    optimizer = make_optimizer(params, arm)
     res["optimizer"] = optimizer_info(optimizer, params)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(seed)
@@ -850,7 +872,8 @@ def arm_fields(arm):
         "model": arm["model"], "arch": arm["arch"], "shape": dict(arm["shape"]), "mode": arm["mode"],
         "lora_rank": arm["lora_rank"], "lora_targets": arm["lora_target_modules"],  # the list: see row_arm
         "lora_target_modules": arm["lora_target_modules"], "lora_alpha": arm["lora_alpha"],
-        "lora_dropout": arm["lora_dropout"], "gradient_checkpointing": arm["gradient_checkpointing"],
+        "lora_dropout": arm["lora_dropout"], "optim": arm["optim"],
+        "gradient_checkpointing": arm["gradient_checkpointing"],
         "logits_retained": arm["logits_retained"], "batch": arm["batch"], "seq": arm["seq"],
         "note": arm.get("note"),
     }
@@ -1182,8 +1205,12 @@ def budget_text(b):
 def default_case(arm, budget, alloc_conf):
     if arm["mode"] == "lora":
         m = "lora r%d %s" % (arm["lora_rank"], arm["lora_targets"])
+        if arm.get("lora_dropout"):
+            m += " dropout %g" % arm["lora_dropout"]
     else:
         m = "full"
+    if arm.get("optim") not in (None, "adamw"):  # the Trainer's arms name their optim themselves
+        m += " " + arm["optim"]
     return "%s %s%s s%d %s %s" % (arm["model"], m, " gc" if arm["gradient_checkpointing"] else "", arm["seq"],
                                  budget_text(budget), alloc_conf or "default")
 

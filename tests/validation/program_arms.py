@@ -22,12 +22,15 @@ from vramfit_flags import step_flags
 SHAPE = {"vocab": 3001, "hidden": 345, "intermediate": 872, "heads": 15, "kv_heads": 3}
 KINDS = (("llama", False), ("llama", True), ("qwen2", True), ("qwen2", False))
 MODES = (("lora", "q_proj,k_proj,v_proj,o_proj"), ("lora", "q_proj,v_proj"), ("lora", "all-linear"), ("full", None))
+# (checkpointing, kept logits): plain, kept logits, checkpointing.
+VARIANTS = ((False, False), (False, True), (True, False))
 
 
 FULL_HIDDEN = 360
 
 
-def arm(arch, tied, mode, targets, layers, head_dim, gc, ret):
+def arm(arch, tied, mode, targets, layers, head_dim, gc, ret, optim="adamw", lora_dropout=0.0):
+    """One recording arm; `optim` and `lora_dropout` (LoRA only) as hf_harness.py takes them."""
     shape = dict(SHAPE, layers=layers, head_dim=head_dim, tied_embeddings=tied)
     if mode == "full":
         shape["hidden"] = FULL_HIDDEN
@@ -37,6 +40,10 @@ def arm(arch, tied, mode, targets, layers, head_dim, gc, ret):
     if mode == "lora":
         a["lora_rank"] = 11
         a["lora_targets"] = targets
+        if lora_dropout:
+            a["lora_dropout"] = lora_dropout
+    if optim != "adamw":
+        a["optim"] = optim
     return a
 
 
@@ -45,7 +52,7 @@ def arms():
     for layers in (4, 6):
         for arch, tied in KINDS:
             for mode, targets in MODES:
-                for gc, ret in ((False, False), (False, True), (True, False)):
+                for gc, ret in VARIANTS:
                     out.append(arm(arch, tied, mode, targets, layers, 64, gc, ret))
     for arch, tied in (("llama", False), ("qwen2", True)):
         for mode, targets in MODES:

@@ -80,7 +80,7 @@ def run_two_steps_marked(model, arm, marks):
     """hf_harness.run_steps (two steps), with marks at every phase (same calls, same order)."""
     torch = H.torch
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=1e-4)
+    optimizer = H.make_optimizer(params, arm)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     ids = torch.randint(0, arm["shape"]["vocab"], (arm["batch"], arm["seq"]), device="cuda", dtype=torch.long,
