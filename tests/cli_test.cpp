@@ -554,6 +554,8 @@ TEST_CASE("cli: bad input exits 2 with one line on stderr naming the flag, and w
       {"--stack", {"jax"}},
       {"--phase", {"last"}},
       {"--precision", {"int8"}},
+      {"--optim", {"adam", "adamw_torch_fused", ""}},
+      {"--lora-dropout", {"1", "-0.1", "0.5.", "nan", "1e-2", "five"}},
       {"--budget", {"0GB", "-1GB", "24XB", "99999999TB"}},
   };
   struct Case {
@@ -610,6 +612,14 @@ TEST_CASE("cli: bad input exits 2 with one line on stderr naming the flag, and w
       {"lora_rank_with_full", "--lora-rank", on_small("predict", {"--mode", "full", "--lora-rank", "8"})},
       {"lora_targets_with_full", "--lora-targets",
        on_small("predict", {"--lora-targets", "all-linear", "--mode", "full"})},
+      {"lora_dropout_with_full", "--lora-dropout", on_small("predict", {"--mode", "full", "--lora-dropout", "0.1"})},
+      {"libtorch_takes_no_dropout", "--lora-dropout",
+       on_small("predict", {"--stack", "libtorch", "--lora-dropout", "0.1"})},
+      {"libtorch_takes_no_sgd", "--optim", on_small("max-batch", {"--stack", "libtorch", "--optim", "sgd", "--budget", "24GB"})},
+#ifdef VRAMFIT_WITH_PROBE
+      {"probe_runs_no_dropout", "--lora-dropout", on_small("probe", {"--lora-dropout", "0.05"})},
+      {"probe_runs_adamw_only", "--optim", on_small("probe", {"--optim", "sgd-momentum"})},
+#endif
       // the budget
       {"max-batch_needs_budget", "--budget", on_small("max-batch")},
       {"max-seq_needs_budget", "--budget", on_small("max-seq", {"--batch", "2"})},
@@ -952,7 +962,7 @@ TEST_CASE("cli: --programs FILE|DIR") {
     fails_naming("--programs", on_small("predict", {"--programs", data_file("configs/SmolLM2-135M.json")}));
     const Ran r = run_vramfit(on_small("predict", {"--programs", data_file("configs/SmolLM2-135M.json")}));
     CHECK(r.err.find("vramfit: error: --programs: " + data_file("configs/SmolLM2-135M.json") +
-                     ":1: must begin with 'vramfit-programs 1'") == 0);
+                     ":1: must begin with 'vramfit-programs 2'") == 0);
   }
 }
 

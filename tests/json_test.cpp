@@ -43,7 +43,11 @@ TEST_CASE("a step comes back from its JSON: LoRA targets, hybrid sharding, peak_
   lora.gradient_checkpointing = true;
   lora.logits_retained = true;
   lora.peak_over = PeakOver::first_step;
+  lora.lora.dropout = 0.05;
+  lora.optimizer = Optimizer::sgd_momentum;
   const nlohmann::json j = lora;
+  CHECK(j["lora_dropout"] == 0.05);
+  CHECK(j["optim"] == "sgd-momentum");
   CHECK(j["lora_targets"] == nlohmann::json({"q_proj", "v_proj", "down_proj"}));  // all_modules' order
   CHECK(j["peak_over"] == "first");
   CHECK(j.get<Step>() == lora);
@@ -81,6 +85,11 @@ TEST_CASE("absent and null optional keys take Step{}'s values") {
   const nlohmann::json full = nlohmann::json::parse(R"({"batch": 2, "seq": 128, "mode": "full", "lora_rank": null,
                                                         "lora_targets": null})");
   CHECK(full.get<Step>().mode == Mode::full);
+  // Measurement rows from before "optim" and "lora_dropout": AdamW, no dropout (the harness's own
+  // "optimizer" object is not read).
+  const Step old = step_json(R"(, "optimizer": {"lr": 0.0001}, "lora_dropout": 0.0)").get<Step>();
+  CHECK(old.optimizer == Optimizer::adamw);
+  CHECK_FALSE(old.lora_dropout());
 }
 
 TEST_CASE("phase bytes come back from their JSON") {
@@ -126,6 +135,9 @@ TEST_CASE("bad input is named by its key") {
   CHECK(step_error(step_json(R"(, "sharding": "hybrid")")) == "sharding");
   CHECK(step_error(step_json(R"(, "peak_over": "second")")) == "peak_over");
   CHECK(step_error(step_json(R"(, "gradient_checkpointing": "yes")")) == "gradient_checkpointing");
+  CHECK(step_error(step_json(R"(, "optim": "adam")")) == "optim");
+  CHECK(step_error(step_json(R"(, "lora_dropout": 1.0)")) == "lora_dropout");
+  CHECK(step_error(step_json(R"(, "lora_dropout": "0.1")")) == "lora_dropout");
   CHECK(step_error(nlohmann::json::array()) == "step");
 
   const auto shape_error = [](const nlohmann::json& s) { return field_of([&] { (void)s.get<ModelShape>(); }); };

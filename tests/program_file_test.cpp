@@ -21,9 +21,15 @@ std::string builtin_text(const std::string& stack) {
   std::ifstream in(std::string(VRAMFIT_TEST_DATA_DIR) + "/programs/" + stack + ".programs", std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
-/// A minimal file: one section, one (invalid as a step) program; `lines` replaces the body.
-std::string small_file(std::string_view body) {
-  return "vramfit-programs 1\nstack hf-peft\ngpu G\nsoftware S\n" + std::string(body);
+/// A minimal file's header (format `version`) and `body`.
+std::string small_file(std::string_view body, int version = 1) {
+  return "vramfit-programs " + std::to_string(version) + "\nstack hf-peft\ngpu G\nsoftware S\n" + std::string(body);
+}
+/// `text` with every occurrence of `from` replaced by `to`.
+std::string replaced(std::string text, std::string_view from, std::string_view to) {
+  for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  return text;
 }
 /// The error `parse_programs` gives for `text`, or "" when it reads it.
 std::string error_of(const std::string& text) {
@@ -84,9 +90,9 @@ TEST_CASE("program file: programs given in the RunContext simulate as the built-
 TEST_CASE("program file: damage is an error naming the file and line") {
   CHECK(error_of(small_file("sections 0\nprograms 1\np llama 0 3 full - 0 0 : 5\nend\n"))
             .find("f.programs:7: the program is not a valid step program") == 0);
-  CHECK(error_of("") == "f.programs:1: the file ends early: expected the header 'vramfit-programs 1'");
-  CHECK(error_of("{\"kind\": \"trace\"}\n").find("f.programs:1: must begin with 'vramfit-programs 1'") == 0);
-  CHECK(error_of("vramfit-programs 2\n") == "f.programs:1: version 2 is not supported (this vramfit reads version 1)");
+  CHECK(error_of("") == "f.programs:1: the file ends early: expected the header 'vramfit-programs 2'");
+  CHECK(error_of("{\"kind\": \"trace\"}\n").find("f.programs:1: must begin with 'vramfit-programs 2'") == 0);
+  CHECK(error_of("vramfit-programs 3\n") == "f.programs:1: version 3 is not supported (this vramfit reads versions 1 and 2)");
   CHECK(error_of("# comment\nvramfit-programs 1\nstack tensorflow\n").find("f.programs:3: stack must be hf-peft or "
                                                                           "libtorch") == 0);
   CHECK(error_of(small_file("sections 99999999\n")).find("f.programs:5: sections must be at most 65536") == 0);
@@ -123,6 +129,70 @@ TEST_CASE("program file: damage is an error naming the file and line") {
   const std::size_t line_end = text.find('\n', text.find("\np ") + 1);
   text.erase(text.rfind(' ', line_end), line_end - text.rfind(' ', line_end));
   CHECK(error_of(text).find("the program is not a valid step program") != std::string::npos);
+}
+
+TEST_CASE("program file: version 2 names each program's optimizer and LoRA dropout; version 1 ran AdamW without") {
+  const auto one = [](std::string_view line, int version) {
+    return parse_programs(small_file("sections 0\nprograms 1\n" + std::string(line) + " : 0\nend\n", version), "f")
+        ->entries.at(0);
+  };
+  // (Each program here is one integer: no valid step program, so only the fields are checked.)
+  const auto fields = [&](std::string_view line, int version) {
+    try {
+      const ProgramEntry e = one(line, version);
+      return std::string(to_string(e.optimizer)) + (e.dropout ? " dropout" : "");
+    } catch (const InvalidInput& e) {
+      const std::string what = e.what();
+      return what.find("not a valid step program") != std::string::npos ? std::string("fields read") : what;
+    }
+  };
+  CHECK(fields("p llama 0 3 full - 0 0", 1) == "fields read");
+  CHECK(fields("p llama 0 3 full - 0 0 sgd 0", 2) == "fields read");
+  CHECK(error_of(small_file("sections 0\nprograms 1\np llama 0 3 full - 0 0 : 0\nend\n", 2)) ==
+        "f.programs:7: the optimizer must be adamw, sgd-momentum or sgd, got ':'");  // a version 1 line
+  CHECK(error_of(small_file("sections 0\nprograms 1\np llama 0 3 full - 0 0 adam 0 : 0\nend\n", 2)) ==
+        "f.programs:7: the optimizer must be adamw, sgd-momentum or sgd, got 'adam'");
+  CHECK(error_of(small_file("sections 0\nprograms 1\np llama 0 3 lora all-linear 0 0 sgd 2 : 0\nend\n", 2)) ==
+        "f.programs:7: dropout must be 0 or 1, got '2'");
+  CHECK(error_of(small_file("sections 0\nprograms 1\np llama 0 3 full - 0 0 adamw 1 : 0\nend\n", 2)) ==
+        "f.programs:7: dropout must be 0 for full fine-tuning (it is LoRA's)");
+  // A version 1 line read as version 2 lacks the fields; a version 2 line read as version 1 has two too many.
+  CHECK(error_of(small_file("sections 0\nprograms 1\np llama 0 3 full - 0 0 adamw 0 : 0\nend\n", 1)) ==
+        "f.programs:7: the program's items must follow ' : '");
+
+  // Which entry a step takes: the built-in programs relabelled as another optimizer's or as run
+  // with dropout apply to steps of that kind only (the same programs: the same simulated peak).
+  const ModelShape m = *find_preset("Qwen2.5-0.5B");
+  const Step adamw{.batch = 2, .seq = 1024, .lora = {.rank = 32}};
+  Step sgd = adamw;
+  sgd.optimizer = Optimizer::sgd_momentum;
+  Step dropout = adamw;
+  dropout.lora.dropout = 0.05;
+  const std::string text = builtin_text("hf-peft");
+  REQUIRE(text.find(" adamw 0 :") != std::string::npos);
+  RunContext as_sgd, as_dropout;
+  as_sgd.programs = parse_programs(replaced(text, " adamw 0 :", " sgd-momentum 0 :"), "sgd.programs");
+  std::string with_dropout_text = replaced(text, " adamw 0 :", " adamw 1 :");
+  for (const char* full_kind : {"full - 0 0", "full - 0 1", "full - 1 0", "full - 1 1"})  // full has no dropout
+    with_dropout_text = replaced(with_dropout_text, std::string(full_kind) + " adamw 1 :", std::string(full_kind) + " adamw 0 :");
+  as_dropout.programs = parse_programs(with_dropout_text, "dropout.programs");
+  const Estimate builtin = estimate(m, adamw);
+  REQUIRE(builtin.simulation);
+  const Estimate with_sgd = estimate(m, sgd, Stack::hf_peft, as_sgd);
+  REQUIRE(with_sgd.simulation);
+  CHECK(with_sgd.peak == builtin.peak);
+  CHECK(with_sgd.provenance.programs == "sgd.programs");
+  CHECK(estimate(m, adamw, Stack::hf_peft, as_sgd).method == Method::closed_form);
+  const Estimate with_dropout = estimate(m, dropout, Stack::hf_peft, as_dropout);
+  REQUIRE(with_dropout.simulation);
+  CHECK(with_dropout.peak == builtin.peak);
+  CHECK(estimate(m, adamw, Stack::hf_peft, as_dropout).method == Method::closed_form);
+  // The built-in programs ran AdamW without dropout: SGD and dropout steps get the closed form, saying why.
+  for (const Step& s : {sgd, dropout}) {
+    const Estimate e = estimate(m, s);
+    CHECK(e.method == Method::closed_form);
+    CHECK(e.no_simulation.find("optimizer, LoRA dropout) was not recorded") != std::string_view::npos);
+  }
 }
 
 TEST_CASE("program file: load_programs names an unreadable path under its field") {

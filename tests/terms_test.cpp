@@ -165,6 +165,41 @@ TEST_CASE("ActivationTerm: hf-peft LoRA on all linear projections") {
                3 * layer + transient + fixed, layer + transient + fixed, 0);
 }
 
+TEST_CASE("ActivationTerm: LoRA dropout keeps each adapter's dropped input copy and its one-byte mask") {
+  Step s = lora_qv;
+  s.lora.dropout = 0.05;
+  const std::uint64_t norms = 2 * (4 * 64 + 4);
+  const std::uint64_t attention = 2 * (64 + 32 + 32) + 2 * 64 + 4 * 4;
+  const std::uint64_t mlp = 3 * 2 * 160;
+  // q and v: lora_A saves dropout's fp32 output (the fp32 cast of x, which goes), dropout its mask.
+  const std::uint64_t adapters = 2 * (4 * 64 + 64 + 4 * 4);
+  const std::uint64_t layer = (norms + attention + mlp + adapters) * T;
+  // Dropout's backward: a second fp32 copy of the widest adapted input's grad (q, v: 64).
+  const std::uint64_t transient = (2 * 2 * 64 + 3 * 2 * 160 + 4 * 64) * T;
+  const std::uint64_t head = (4 * 64 + 4) * T;
+  const std::uint64_t fixed = 4 * 8 * T + 2 * 2 * 8 * 16;
+  check_phases(ActivationTerm<HfPeft>{}(small, s), 3 * layer + head + fixed, 3 * layer + head + fixed,
+               3 * layer + transient + fixed, layer + transient + fixed, 0);
+  // The probability is not a size: any dropout above 0 is the same; 0 is PEFT's identity.
+  Step other = s;
+  other.lora.dropout = 0.5;
+  CHECK(ActivationTerm<HfPeft>{}(small, other) == ActivationTerm<HfPeft>{}(small, s));
+  other.lora.dropout = 0;
+  CHECK(ActivationTerm<HfPeft>{}(small, other) == ActivationTerm<HfPeft>{}(small, lora_qv));
+  // Full fine-tuning has no adapters, so no dropout (lora_dropout() is false whatever the field says).
+  Step full = s;
+  full.mode = Mode::full;
+  CHECK_FALSE(full.lora_dropout());
+}
+
+TEST_CASE("ParameterTerm: SGD is priced as AdamW in the closed form (an upper bound of its one buffer)") {
+  for (const Optimizer o : {Optimizer::sgd_momentum, Optimizer::sgd}) {
+    Step s = lora_qv;
+    s.optimizer = o;
+    CHECK(ParameterTerm<HfPeft>{}(small, s) == ParameterTerm<HfPeft>{}(small, lora_qv));
+  }
+}
+
 TEST_CASE("ActivationTerm: LoRA under libtorch, without casts") {
   const std::uint64_t norms = 2 * (2 * 64 + 4);  // fused rms_norm: bf16 input + fp32 inverse RMS
   const std::uint64_t attention = 2 * (64 + 32 + 32) + 2 * 64 + 4 * 4;

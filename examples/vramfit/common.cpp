@@ -59,6 +59,15 @@ std::uint64_t parse_positive(std::string_view flag, std::string_view text) {
   return value;
 }
 
+double parse_probability(std::string_view flag, std::string_view text) {
+  const std::string expected = "expected a number at least 0 and below 1 (e.g. 0.05), got '" + std::string(text) + "'";
+  double value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value, std::chars_format::fixed);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() || !(value >= 0 && value < 1))
+    throw InvalidInput(flag, expected);
+  return value;
+}
+
 std::vector<std::uint64_t> parse_numbers(std::string_view flag, std::string_view text, bool list) {
   if (!list && text.find(',') != std::string_view::npos)
     throw InvalidInput(flag, "takes one number here, got '" + std::string(text) +

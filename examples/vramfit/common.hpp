@@ -120,6 +120,8 @@ CLI::Option* add_stack(CLI::App& app, BadValues& bad, Stack& stack);
 /// A whole number of at least 1: no sign, space, fraction or trailing character, at most 64 bits.
 /// The library's own limits are checked when the step is validated.
 std::uint64_t parse_positive(std::string_view flag, std::string_view text);
+/// A probability in [0, 1) written as a decimal ("0.05", "0", ".1"); anything else names `flag`.
+double parse_probability(std::string_view flag, std::string_view text);
 
 /// One whole number of at least 1, or with `list` a comma-separated list of them (`parse_positive`
 /// each).
@@ -186,6 +188,7 @@ private:
   bool precision_given_ = false;            ///< --precision given: the config's dtype does not apply
   const CLI::Option* lora_rank_ = nullptr;  ///< to tell whether --lora-rank was given
   const CLI::Option* lora_targets_ = nullptr;
+  const CLI::Option* lora_dropout_ = nullptr;
   const CLI::Option* budget_ = nullptr;  ///< to tell --budget and --gpu apart
   const CLI::Option* gpu_ = nullptr;
   mutable std::shared_ptr<const ProgramSet> programs_;  ///< --programs, once read

@@ -100,6 +100,16 @@ void ModelFlags::add(CLI::App& app, BadValues& bad, StepFlagSet set) {
       "projections with adapters: comma-separated from q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
       "down_proj, or all-linear (default q_proj,v_proj, PEFT's default); needs --mode lora",
       [this](std::string_view v) { step.lora.targets = parse_targets(v, "--lora-targets"); });
+  lora_dropout_ = add_value(
+      app, bad, "--lora-dropout", "P",
+      "LoRA dropout, 0 to below 1 (default 0: PEFT's identity); above 0 each adapter keeps a dropped copy of its "
+      "input and a mask; needs --mode lora",
+      [this](std::string_view v) { step.lora.dropout = parse_probability("--lora-dropout", v); });
+  add_value(app, bad, "--optim", "adamw|sgd-momentum|sgd",
+            "the optimizer: AdamW (torch.optim.AdamW, foreach; the default), SGD with momentum (one buffer per "
+            "trainable parameter) or plain SGD (no state); where no recorded program of the kind applies, the "
+            "closed form counts AdamW's state, an upper bound for SGD's",
+            [this](std::string_view v) { step.optimizer = parse_optimizer(v, "--optim"); });
   add_switch(app, "--grad-ckpt", step.gradient_checkpointing,
              "gradient checkpointing (non-reentrant): keep each layer's input only (default off)");
   add_switch(app, "--logits-retained", step.logits_retained,
@@ -168,6 +178,14 @@ void ModelFlags::check(bool model_required) const {
       throw InvalidInput("--lora-rank", "needs --mode lora (full fine-tuning has no adapters)");
     if (lora_targets_->count() > 0)
       throw InvalidInput("--lora-targets", "needs --mode lora (full fine-tuning has no adapters)");
+    if (lora_dropout_->count() > 0)
+      throw InvalidInput("--lora-dropout", "needs --mode lora (full fine-tuning has no adapters)");
+  }
+  if (stack == Stack::libtorch) {
+    if (step.lora_dropout())
+      throw InvalidInput("--lora-dropout", "the libtorch stack's step (the Probe's reference step) runs no dropout");
+    if (step.optimizer != Optimizer::adamw)
+      throw InvalidInput("--optim", "the libtorch stack's step (the Probe's reference step) runs torch::optim::AdamW only");
   }
 }
 

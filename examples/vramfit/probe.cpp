@@ -130,6 +130,13 @@ public:
   void check() const override {
     if (trace_out_ && instruments_) throw InvalidInput("--trace-out", "records checked steps, not --instruments");
     flags_.check(!instruments_);
+    // The reference step (probe/reference_step.hpp) runs AdamW without dropout, on either stack.
+    if (flags_.step.lora_dropout())
+      throw InvalidInput("--lora-dropout", "the Probe's reference step runs no dropout (vramfit-record measures "
+                                           "your own step with dropout)");
+    if (flags_.step.optimizer != Optimizer::adamw)
+      throw InvalidInput("--optim", "the Probe's reference step runs AdamW only (vramfit-record measures your own "
+                                    "step with SGD)");
   }
 
   /// Exit 0 when every step ran (an under-prediction is reported, not an error), 2 for bad input

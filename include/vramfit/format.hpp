@@ -68,6 +68,8 @@ inline std::string describe_setup(const Step& s) {
   std::string out(to_string(s.precision));
   out += s.mode == Mode::full ? std::string(", full fine-tuning")
                               : fmt::format(", LoRA r={} on {}", s.lora.rank, to_string(s.lora.targets));
+  if (s.lora_dropout()) out += fmt::format(" with dropout {:g}", s.lora.dropout);
+  if (s.optimizer != Optimizer::adamw) out += s.optimizer == Optimizer::sgd ? ", SGD" : ", SGD with momentum";
   if (s.gradient_checkpointing) out += ", gradient checkpointing";
   out += fmt::format(", {} attention", to_string(s.attention));
   if (s.logits_retained) out += ", logits retained through backward";

@@ -108,10 +108,12 @@ void to_json(Json& j, const Step& s) {
       if (s.lora.targets.has(m)) targets.push_back(to_string(m));
     j["lora_rank"] = s.lora.rank;
     j["lora_targets"] = std::move(targets);
+    j["lora_dropout"] = s.lora.dropout;
   }
   j["gradient_checkpointing"] = s.gradient_checkpointing;
   j["attention"] = to_string(s.attention);
   j["logits_retained"] = s.logits_retained;
+  j["optim"] = to_string(s.optimizer);
   j["peak_over"] = to_string(s.peak_over);
   j["world_size"] = s.world_size;
   j["sharding"] = sharding_name(s);
@@ -136,10 +138,18 @@ inline void from_json(const nlohmann::json& j, Step& s) {
       names += t.get<std::string>();
     }
     s.lora.targets = parse_targets(names, "lora_targets");
+    if (const auto d = j.find("lora_dropout"); d != j.end() && !d->is_null()) {
+      if (!d->is_number()) throw InvalidInput("lora_dropout", "must be a number in [0, 1)");
+      s.lora.dropout = d->get<double>();
+      if (!(s.lora.dropout >= 0 && s.lora.dropout < 1)) throw InvalidInput("lora_dropout", "must be a number in [0, 1)");
+    }
   }
   s.gradient_checkpointing = detail::json_bool(j, "gradient_checkpointing", false);
   if (detail::json_has(j, "attention")) s.attention = parse_attention(detail::json_string(j, "attention"), "attention");
   s.logits_retained = detail::json_bool(j, "logits_retained", false);
+  // Rows written before "optim" existed ran AdamW (the harness's top-level "optimizer" is its
+  // settings object, not this).
+  if (detail::json_has(j, "optim")) s.optimizer = parse_optimizer(detail::json_string(j, "optim"), "optim");
   if (detail::json_has(j, "peak_over")) s.peak_over = parse_peak_over(detail::json_string(j, "peak_over"), "peak_over");
   if (detail::json_has(j, "world_size")) s.world_size = detail::json_count(j, "world_size");
   if (detail::json_has(j, "sharding")) {

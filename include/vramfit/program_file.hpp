@@ -4,25 +4,29 @@
 /// (detail/step_program.hpp), read at run time, so that no translation unit compiles them and a
 /// user can bring programs recorded on their own stack (`vramfit predict --programs FILE`).
 ///
-/// The format, version 1: UTF-8 text, one record per line, fields separated by single spaces;
+/// The format, version 2: UTF-8 text, one record per line, fields separated by single spaces;
 /// lines that begin with '#' are comments.
 ///
-///     vramfit-programs 1
+///     vramfit-programs 2
 ///     stack hf-peft                       the stack the programs are for: hf-peft or libtorch
 ///     gpu NVIDIA H200                     where they were recorded: the GPU,
 ///     software torch 2.11.0+cu130, ...    and the software (the rest of the line, free text)
 ///     sections N                          then N lines "s INT...": integer runs programs share
 ///     programs M                          then M lines, one per kind of step:
-///     p ARCH TIED HEAD_DIMS MODE TARGETS CHECKPOINTING LOGITS_KEPT : ITEM...
+///     p ARCH TIED HEAD_DIMS MODE TARGETS CHECKPOINTING LOGITS_KEPT OPTIMIZER DROPOUT : ITEM...
 ///     end
 ///
 /// ARCH is llama (no bias) or qwen2 (q/k/v bias); TIED, CHECKPOINTING and LOGITS_KEPT are 0 or 1;
 /// HEAD_DIMS is a bit set of the head_dims the program was checked at (1: 64, 2: 128); MODE is
 /// lora or full; TARGETS the LoRA targets as recorded (q_proj,v_proj, q_proj,k_proj,v_proj,o_proj
-/// or all-linear), "-" for full. The program is the concatenation of its ITEMs, each "#K" (section
-/// K) or an integer: the flat form of detail/step_program.hpp. tests/validation/trace_program.py
-/// --programs writes the files from marked allocator traces; the built-in ones are installed in
-/// share/vramfit/programs/ (`builtin_programs`).
+/// or all-linear), "-" for full; OPTIMIZER adamw, sgd-momentum or sgd (vramfit's `--optim`);
+/// DROPOUT 1 where the LoRA adapters ran dropout above 0, else 0 (always 0 for full). The program
+/// is the concatenation of its ITEMs, each "#K" (section K) or an integer: the flat form of
+/// detail/step_program.hpp. Version 1 files, written before the optimizer and dropout were
+/// recorded, have no OPTIMIZER and DROPOUT fields: their programs ran AdamW without dropout, and
+/// are read so. tests/validation/trace_program.py --programs writes the files from marked
+/// allocator traces; the built-in ones are installed in share/vramfit/programs/
+/// (`builtin_programs`).
 
 #include <algorithm>
 #include <charconv>
@@ -37,6 +41,7 @@
 #include <vector>
 
 #include "vramfit/error.hpp"
+#include "vramfit/step.hpp"
 #include "vramfit/detail/read_file.hpp"
 #include "vramfit/detail/step_program.hpp"
 
@@ -51,6 +56,8 @@ struct ProgramEntry {
   std::string targets;          ///< LoRA targets as recorded; empty for full
   bool checkpointing = false;
   bool logits_retained = false;
+  Optimizer optimizer = Optimizer::adamw;  ///< what the recorded loop stepped with
+  bool dropout = false;                    ///< LoRA dropout above 0 in the recording
   std::vector<std::int32_t> program;  ///< the flat form (detail/step_program.hpp)
   std::size_t line = 0;               ///< its line in the file
 };
@@ -84,11 +91,12 @@ class ProgramFileReader {
   ProgramSet read() {
     ProgramSet out;
     out.source = std::string(source_);
-    const std::string_view magic = next_line("the header 'vramfit-programs 1'");
+    const std::string_view magic = next_line("the header 'vramfit-programs 2'");
     if (!magic.starts_with("vramfit-programs "))
-      fail("must begin with 'vramfit-programs 1' (a vramfit step-program file), got '" + clip(magic) + "'");
-    const std::uint64_t version = number(magic.substr(17), "the version", 1u << 30);
-    if (version != 1) fail("version " + std::to_string(version) + " is not supported (this vramfit reads version 1)");
+      fail("must begin with 'vramfit-programs 2' (a vramfit step-program file), got '" + clip(magic) + "'");
+    version_ = number(magic.substr(17), "the version", 1u << 30);
+    if (version_ != 1 && version_ != 2)
+      fail("version " + std::to_string(version_) + " is not supported (this vramfit reads versions 1 and 2)");
     out.stack = std::string(keyed("stack"));
     if (out.stack != "hf-peft" && out.stack != "libtorch")
       fail("stack must be hf-peft or libtorch, got '" + clip(out.stack) + "'");
@@ -155,9 +163,10 @@ class ProgramFileReader {
   }
   /// The value of a "KEY VALUE" line (VALUE: the rest of the line, not empty).
   std::string_view keyed(std::string_view key) {
-    std::string_view line = next_line("'" + std::string(key) + " ...'");
+    const std::string form = std::string(key).append(" ...");  // (not "'" + string: GCC 12's -Wrestrict misfires)
+    std::string_view line = next_line("'" + form + "'");
     if (!line.starts_with(key) || line.size() < key.size() + 2 || line[key.size()] != ' ')
-      fail("must be '" + std::string(key) + " ...', got '" + clip(line) + "'");
+      fail("must be '" + form + "', got '" + clip(line) + "'");
     return line.substr(key.size() + 1);
   }
   /// The next word of `line` (which begins with the space before it).
@@ -209,6 +218,15 @@ class ProgramFileReader {
     if (e.targets == "-") e.targets.clear();
     e.checkpointing = flag(word(line), "checkpointing");
     e.logits_retained = flag(word(line), "logits kept");
+    if (version_ >= 2) {
+      const std::string_view optimizer = word(line);
+      bool known = false;
+      for (const auto& [o, name] : EnumNames<Optimizer>::names)
+        if (optimizer == name) e.optimizer = o, known = true;
+      if (!known) fail("the optimizer must be adamw, sgd-momentum or sgd, got '" + clip(optimizer) + "'");
+      e.dropout = flag(word(line), "dropout");
+      if (e.dropout && e.mode == "full") fail("dropout must be 0 for full fine-tuning (it is LoRA's)");
+    }
     if (word(line) != ":") fail("the program's items must follow ' : '");
     while (!line.empty()) {
       const std::string_view item = word(line);
@@ -236,6 +254,7 @@ class ProgramFileReader {
   std::size_t at_ = 0;
   std::size_t line_ = 0;
   std::size_t total_ints_ = 0;  ///< over the programs read so far
+  std::uint64_t version_ = 0;   ///< the file's format version (1 or 2)
 };
 
 /// The directory the built-in program files are read from: VRAMFIT_PROGRAMS_DIR in the

@@ -36,6 +36,16 @@ enum class PeakOver : std::uint8_t { first_step, steady };
  *   (FSDP2 HSDP).
  */
 enum class Sharding : std::uint8_t { none, zero1, zero2, full, hybrid };
+/**
+ * The optimizer the loop steps with (learning rate and betas do not change memory):
+ * - `adamw`: AdamW, two moments per trainable parameter (hf-peft: torch.optim.AdamW, foreach, the
+ *   CUDA default; the Trainer's adamw_torch. libtorch: torch::optim::AdamW).
+ * - `sgd_momentum`: torch.optim.SGD with momentum > 0, one buffer per trainable parameter.
+ * - `sgd`: torch.optim.SGD without momentum, no state.
+ * The closed form counts AdamW's state and temporaries for each: an upper bound for SGD's (one
+ * buffer or none; foreach SGD updates in place). Recorded programs of an SGD kind are exact.
+ */
+enum class Optimizer : std::uint8_t { adamw, sgd_momentum, sgd };
 
 constexpr std::uint64_t element_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
 
@@ -45,6 +55,8 @@ VRAMFIT_ENUM_NAMES(Mode, "mode", {Mode::lora, "lora"}, {Mode::full, "full"});
 VRAMFIT_ENUM_NAMES(Attention, "attention backend",
                    {Attention::flash, "flash"}, {Attention::mem_efficient, "mem-efficient"},
                    {Attention::math, "math"});
+VRAMFIT_ENUM_NAMES(Optimizer, "optimizer", {Optimizer::adamw, "adamw"}, {Optimizer::sgd_momentum, "sgd-momentum"},
+                   {Optimizer::sgd, "sgd"});
 VRAMFIT_ENUM_NAMES(PeakOver, "phase", {PeakOver::first_step, "first"}, {PeakOver::steady, "steady"});
 /// The strategy's word ("hybrid" without its group size; `sharding_name` adds it).
 VRAMFIT_ENUM_NAMES(Sharding, "sharding",
@@ -55,6 +67,7 @@ constexpr std::string_view to_string(Precision p) { return detail::enum_name(p);
 constexpr std::string_view to_string(Mode m) { return detail::enum_name(m); }
 constexpr std::string_view to_string(Attention a) { return detail::enum_name(a); }
 constexpr std::string_view to_string(PeakOver p) { return detail::enum_name(p); }
+constexpr std::string_view to_string(Optimizer o) { return detail::enum_name(o); }
 constexpr std::string_view to_string(Sharding s) { return detail::enum_name(s); }
 
 /// A set of projections (LoRA targets).
@@ -77,11 +90,13 @@ struct TargetSet {
   friend constexpr bool operator==(TargetSet, TargetSet) = default;
 };
 
-/// LoRA adapters: rank and the projections they wrap (PEFT defaults otherwise: alpha and dropout
-/// do not change memory; dropout 0 is an identity).
+/// LoRA adapters: rank, the projections they wrap and the dropout before each adapter (PEFT
+/// defaults otherwise; alpha does not change memory). Dropout 0 is PEFT's nn.Identity; above 0
+/// each adapter keeps its dropped input and a one-byte mask per element of it for backward.
 struct Lora {
   std::uint64_t rank = 8;
   TargetSet targets = TargetSet::peft_default();
+  double dropout = 0.0;  ///< in [0, 1); only whether it is above 0 changes memory
   friend constexpr bool operator==(const Lora&, const Lora&) = default;
 };
 
@@ -95,6 +110,7 @@ struct Step {
   bool gradient_checkpointing = false;
   Attention attention = Attention::flash;
   bool logits_retained = false;  ///< the caller keeps the model output (and its logits) through backward
+  Optimizer optimizer = Optimizer::adamw;
   PeakOver peak_over = PeakOver::steady;
   std::uint64_t world_size = 1;        ///< data-parallel ranks; `batch` is each rank's micro-batch
   Sharding sharding = Sharding::none;  ///< how the state is laid out over the ranks
@@ -104,6 +120,8 @@ struct Step {
   [[nodiscard]] constexpr std::uint64_t tokens() const { return detail::checked_mul(batch, seq); }
   /// Whether the projection `m` carries a LoRA adapter in this step.
   [[nodiscard]] constexpr bool adapted(Module m) const { return mode == Mode::lora && lora.targets.has(m); }
+  /// Whether LoRA dropout is on (above 0): the adapters then save a mask and their own input copy.
+  [[nodiscard]] constexpr bool lora_dropout() const { return mode == Mode::lora && lora.dropout > 0; }
   /// Whether this is one process on one GPU: a single rank with nothing sharded.
   [[nodiscard]] constexpr bool single_gpu() const { return world_size == 1 && sharding == Sharding::none; }
   /// How many ranks share the sharded state: world_size for zero1, zero2 and full, the group
@@ -152,6 +170,8 @@ constexpr void validate(const Step& step, const ModelShape& model) {
                                           std::to_string(d.in) + " -> " + std::to_string(d.out) +
                                           "; a larger rank is not a low-rank adapter)");
     }
+    if (!(step.lora.dropout >= 0 && step.lora.dropout < 1))  // NaN too
+      throw InvalidInput("lora dropout", "must be at least 0 and below 1 (a probability)");
   }
   detail::require_range("world size", step.world_size, 1, 65536);
   if (step.sharding == Sharding::hybrid) {
@@ -181,6 +201,9 @@ constexpr Mode parse_mode(std::string_view s, std::string_view field = "--mode")
 constexpr Attention parse_attention(std::string_view s, std::string_view field = "--attention") {
   if (detail::iequals(s, "mem_efficient") || detail::iequals(s, "efficient")) return Attention::mem_efficient;
   return detail::parse_enum<Attention>(s, field);
+}
+constexpr Optimizer parse_optimizer(std::string_view s, std::string_view field = "--optim") {
+  return detail::parse_enum<Optimizer>(s, field);
 }
 constexpr PeakOver parse_peak_over(std::string_view s, std::string_view field = "--phase") {
   return detail::parse_enum<PeakOver>(s, field);

@@ -56,8 +56,9 @@ struct InputGroup {
 
 /// The tensors one decoder layer saves for backward, each as bytes per token.
 struct SavedTensors {
-  // At most 6 (norms) + 5 (attention) + 3 (MLP) + 14 (adapters, all linear) = 28 tensors.
-  std::uint64_t per_token[32];  // only [0, count) is ever read
+  // At most 6 (norms) + 5 (attention) + 3 (MLP) + 21 (adapters on all seven projections, with
+  // dropout: input copy, mask, lora_A's output) = 35 tensors.
+  std::uint64_t per_token[40];  // only [0, count) is ever read
   std::size_t count = 0;
   constexpr void add(std::uint64_t bytes) { per_token[count++] = bytes; }
   [[nodiscard]] constexpr std::uint64_t total() const {
@@ -71,7 +72,8 @@ struct SavedTensors {
  * The tensors one decoder layer saves for backward, without checkpointing: two RMSNorms' saved
  * sets, SDPA's q, k, v, output and log-sum-exp, the MLP's gate/SiLU/up outputs, and each
  * projection input a trainable weight or an adapter keeps (a per-module fp32 copy under PEFT),
- * plus lora_A's outputs. Derivation: tests/validation/README.md#activations
+ * plus lora_A's outputs; with LoRA dropout, each adapter's dropped copy of its input and the
+ * dropout's one-byte mask. Derivation: tests/validation/README.md#activations
  */
 template <StackProfile P>
 constexpr SavedTensors layer_saved_tensors(const ModelShape& m, const Step& s) {
@@ -112,7 +114,12 @@ constexpr SavedTensors layer_saved_tensors(const ModelShape& m, const Step& s) {
     for (int k = 0; k < g.count; ++k) {
       const Module mod = g.modules[k];
       if (!m.has(mod) || !s.adapted(mod)) continue;
-      if (casts) {
+      if (s.lora_dropout()) {
+        // PEFT's lora.Linear: lora_A(dropout(x)). lora_A saves the dropped copy (its own, in the
+        // adapter's dtype), nn.Dropout its bool mask (native_dropout's backward reads only that).
+        t.add(a * g.width);
+        t.add(g.width);
+      } else if (casts) {
         t.add(a * g.width);
       } else if (!input_saved) {
         t.add(e * g.width);
@@ -143,7 +150,13 @@ constexpr std::uint64_t layer_backward_transient_per_token(const ModelShape& m, 
   if (s.adapted(Module::down_proj) && a != e) mlp += (a + e) * m.intermediate;
   std::uint64_t attention = e * (m.q_width() + 2 * m.kv_width()) + 4 * m.q_width() + 4 * m.heads;
   if (m.kv_heads != m.heads) attention += 2 * e * m.q_width();
-  return 2 * e * m.hidden + (mlp > attention ? mlp : attention);
+  // With LoRA dropout, dropout's backward (grad x mask / (1 - p)) is a second adapter-dtype copy of
+  // an adapted projection's input grad beside lora_A's: the widest such input, on top.
+  std::uint64_t dropout = 0;
+  if (s.lora_dropout())
+    for (Module mod : all_modules)
+      if (m.has(mod) && s.adapted(mod)) dropout = std::max(dropout, a * m.dims(mod).in);
+  return 2 * e * m.hidden + (mlp > attention ? mlp : attention) + dropout;
 }
 
 /// What the decoder layers keep live at the forward's end and at the backward of the last and the

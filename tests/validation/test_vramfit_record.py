@@ -42,6 +42,22 @@ class Plan(unittest.TestCase):
                 self.assertEqual(len(kinds), 12)
                 self.assertEqual(len({(R.kind_of(a), a["shape"]["layers"]) for a in arms}), 24)
 
+    def test_optimizer_and_dropout_of_the_user_loop(self):
+        arms = R.plan(config("Qwen2.5-0.5B"), "sgd-momentum", 0.05)
+        self.assertEqual(len(arms), 24)
+        self.assertEqual({a.get("optim") for a in arms}, {"sgd-momentum"})
+        # Dropout is LoRA's: the full fine-tuning kinds are recorded without it.
+        self.assertEqual({a.get("lora_dropout") for a in arms if a["mode"] == "lora"}, {0.05})
+        self.assertEqual({a.get("lora_dropout") for a in arms if a["mode"] == "full"}, {None})
+        self.assertEqual(len({R.kind_of(a) for a in arms}), 12)
+        self.assertTrue({R.kind_of(a) for a in arms}.isdisjoint({R.kind_of(a) for a in R.plan(config("Qwen2.5-0.5B"))}))
+        # The defaults are the built-in programs' kinds: AdamW, no dropout.
+        self.assertTrue(all("optim" not in a and "lora_dropout" not in a for a in R.plan(config("Qwen2.5-0.5B"))))
+        for bad in (("--optim", "adam"), ("--lora-dropout", "1"), ("--lora-dropout", "x"), ("--lora-dropout", "-0.1")):
+            with self.subTest(bad=bad):
+                self.assertEqual(R.main(["--config", os.path.join(DATA, "configs", "Qwen2.5-0.5B.json"), "--out", "x",
+                                         "--from-traces", TRACES, *bad]), 2)
+
     def test_refused_configs_name_the_key(self):
         cases = (({"model_type": "qwen3"}, "model_type"),
                  (dict(config("Llama-3.2-1B"), attention_bias=True), "attention_bias"),
@@ -74,10 +90,11 @@ class FromTraces(unittest.TestCase):
             self.assertEqual(R.main(["--config", cfg, "--out", out, "--from-traces", TRACES]), 0)
             with open(out) as f:
                 lines = f.read().splitlines()
-            self.assertEqual(lines[2], "vramfit-programs 1")
+            self.assertEqual(lines[2], "vramfit-programs 2")
             programs = [l for l in lines if l.startswith("p ")]
             self.assertEqual(len(programs), 12)
             self.assertTrue(all(l.startswith("p qwen2 1 1 ") for l in programs), programs[:2])
+            self.assertTrue(all(" adamw 0 : " in l for l in programs), programs[:2])  # as recorded
             if not EXE:
                 self.skipTest("VRAMFIT (the built CLI) not set")
             for flags in (["--seq", "1024"], ["--mode", "full", "--seq", "2048", "--grad-ckpt"],

@@ -10,7 +10,10 @@ turns the traces into step programs (trace_program.py), each checked against the
 other layer count. Every kind of step the built-in programs hold is recorded: LoRA on q_proj,v_proj,
 on q_proj,k_proj,v_proj,o_proj and all-linear, and full fine-tuning, each plain, with kept logits
 and with checkpointing: 24 small models (hidden 345, vocabulary 3001, 7 x 416 tokens). For
-Qwen2.5-0.5B on an H100 it took 35 s, all twelve kinds verified (tests/data/recorded/).
+Qwen2.5-0.5B on an H100 it took 35 s, all twelve kinds verified (tests/data/recorded/). With
+--optim sgd-momentum or sgd, and --lora-dropout P above 0, the same kinds are recorded with that
+optimizer and that dropout (torch.optim.SGD lr 1e-4, momentum 0.9 or 0; PEFT's nn.Dropout before
+each adapter): run it once per combination your loops use.
 
 Usage:
   vramfit-record --config path/to/config.json --out my.programs
@@ -29,8 +32,8 @@ import program_arms  # noqa: E402  (no torch at import)
 import trace_program  # noqa: E402
 
 LAYERS = (4, 6)
-KINDS_OF_STEP = [(mode, targets, gc, ret) for mode, targets in program_arms.MODES
-                 for gc, ret in ((False, False), (False, True), (True, False))]
+OPTIMIZERS = ("adamw", "sgd-momentum", "sgd")  # as hf_harness.py names them (no torch at import there)
+KINDS_OF_STEP = [(mode, targets, gc, ret) for mode, targets in program_arms.MODES for gc, ret in program_arms.VARIANTS]
 
 
 class RecordError(Exception):
@@ -60,10 +63,16 @@ def architecture(config):
     return arch, bool(config.get("tie_word_embeddings", False)), head_dim
 
 
-def plan(config):
-    """The arms to record for CONFIG: every kind of step at 4 and 6 layers."""
+def plan(config, optim="adamw", lora_dropout=0.0):
+    """The arms to record for CONFIG: every kind of step at 4 and 6 layers, with the optimizer
+    `optim` and, on the LoRA kinds, dropout `lora_dropout` (full fine-tuning has no adapters)."""
     arch, tied, head_dim = architecture(config)
-    return [program_arms.arm(arch, tied, mode, targets, layers, head_dim, gc, ret)
+    if optim not in OPTIMIZERS:
+        raise RecordError("--optim: must be one of %s, got %r" % (", ".join(OPTIMIZERS), optim))
+    if not 0 <= lora_dropout < 1:  # NaN too
+        raise RecordError("--lora-dropout: must be in [0, 1), got %r" % (lora_dropout,))
+    return [program_arms.arm(arch, tied, mode, targets, layers, head_dim, gc, ret, optim,
+                             lora_dropout if mode == "lora" else 0.0)
             for layers in LAYERS for mode, targets, gc, ret in KINDS_OF_STEP]
 
 
@@ -127,6 +136,11 @@ def main(argv=None):
     p.add_argument("--from-traces", metavar="TRACES", help="convert these recorded traces; record nothing")
     p.add_argument("--keep-traces", metavar="FILE", help="also keep the recorded traces (jsonl.gz) here")
     p.add_argument("--python", default=sys.executable, help="the Python with torch, transformers and PEFT")
+    p.add_argument("--optim", default="adamw", metavar="|".join(OPTIMIZERS),
+                   help="the optimizer your loop runs: torch.optim.AdamW, or torch.optim.SGD with momentum "
+                        "(0.9; one buffer per parameter) or without (default adamw)")
+    p.add_argument("--lora-dropout", default="0", metavar="P",
+                   help="your LoRA dropout, 0 to below 1 (default 0; above 0 each adapter keeps a mask)")
     a = p.parse_args(argv)
     try:
         try:
@@ -136,7 +150,11 @@ def main(argv=None):
             raise RecordError("--config: cannot read %s: %s" % (a.config, e))
         if not isinstance(config, dict):
             raise RecordError("--config: %s is not a JSON object" % a.config)
-        arms = plan(config)
+        try:
+            dropout = float(a.lora_dropout)
+        except ValueError:
+            raise RecordError("--lora-dropout: must be a number in [0, 1), got %r" % a.lora_dropout)
+        arms = plan(config, a.optim, dropout)
         with tempfile.TemporaryDirectory(prefix="vramfit-record-") as work:
             traces = a.keep_traces or os.path.join(work, "traces.jsonl.gz")
             if a.from_traces:

@@ -77,12 +77,14 @@ auto find_entry(const Entries& entries, const ModelShape& m, const Step& s, std:
   const std::string_view targets = lora_targets_key(s);
   for (const auto& e : entries) {
     if (e.arch == arch && e.tied == m.tied_embeddings && e.mode == mode && e.targets == targets &&
-        e.checkpointing == s.gradient_checkpointing && e.logits_retained == s.logits_retained) {
+        e.checkpointing == s.gradient_checkpointing && e.logits_retained == s.logits_retained &&
+        e.optimizer == s.optimizer && e.dropout == s.lora_dropout()) {
       if ((e.head_dims & hd_bit) == 0) why = "this kind of step was not checked at this head_dim";
       return why.empty() ? &e : nullptr;
     }
   }
-  why = "this kind of step (architecture, head, mode, checkpointing, kept logits) was not recorded";
+  why = "this kind of step (architecture, head, mode, checkpointing, kept logits, optimizer, LoRA dropout) was not "
+        "recorded (vramfit-record records it on your GPU)";
   return nullptr;
 }
 
