@@ -4,7 +4,7 @@
 # (momentum 0.9), while the held-out steps of those kinds (record_heldout_arms_2.json, each in a
 # process of its own, four at a time) are measured; and, once the CLI is built (on the CPUs, in the
 # background), the Trainer fit-check callback's runs (trainer_fit_check.json, under a memory
-# fraction). Everything goes to $OUT.
+# fraction). Everything goes to $OUT; at most 8 files come back from the device, so tar the logs.
 # Usage (on the GPU machine, from the repo root, .deps staged and carried):
 #   OUT=... bash tests/validation/gpu_record_kinds.sh
 set -uo pipefail
@@ -25,10 +25,10 @@ heldout=$!
 for kind in "dropout --lora-dropout 0.05" "sgd --optim sgd-momentum"; do
   set -- $kind
   name=$1; shift
-  start=$(date +%s.%N)
+  start=$SECONDS
   python3 tests/validation/vramfit_record.py --config "$cfg" --out "$OUT/qwen2.5-0.5b-$name.programs" \
     --keep-traces "$OUT/qwen2.5-0.5b-$name-traces.jsonl.gz" "$@" > "$OUT/record-$name.log" 2>&1
-  echo "record $name rc=$? in $(echo "$(date +%s.%N) - $start" | bc) s" | tee -a "$OUT/record-$name.log"
+  echo "record $name rc=$? in $((SECONDS - start)) s" | tee -a "$OUT/record-$name.log"
 done
 wait $build
 tail -2 "$OUT/build.log"
