@@ -110,5 +110,42 @@ class HfPeftGap(unittest.TestCase):
                 self.assertLess(max(v), 0.9, k)
 
 
+class FitCheckCallback(unittest.TestCase):
+    """tests/data/trainer_fit_check_h100.jsonl: trainer_harness.py --arms trainer_fit_check.json on an
+    H100 (gpu_record_kinds.sh), each arm a real Trainer in a fresh process under
+    set_per_process_memory_fraction(12 GiB / total), with examples/python/vramfit_trainer.py's
+    fit_check_callback (the CLI built on that machine) where fit_check is set."""
+    PATH = os.path.join(HERE, "..", "data", "trainer_fit_check_h100.jsonl")
+
+    def test_the_callback_stops_a_run_that_would_run_out_before_its_first_step(self):
+        with open(self.PATH) as f:
+            rows = [json.loads(l) for l in f]
+        self.assertEqual(rows[0]["kind"], "stack")
+        self.assertEqual(rows[0]["trainer_default_optim"], "OptimizerNames.ADAMW_TORCH_FUSED")
+        runs = {}
+        for r in rows[1:]:
+            if r["kind"] in ("error", "trainer_step"):
+                runs.setdefault((r["arm"]["batch"], r["arm"]["fit_check"]), []).append(r)
+        self.assertEqual(sorted(runs), [(1, True), (2, False), (4, False), (4, True)])
+        for (batch, _), rs in runs.items():
+            self.assertEqual({r["budget_bytes"] for r in rs}, {12 << 30})
+            self.assertEqual({r["arm"]["seq"] for r in rs}, {2048})
+        # Batch 4 with the callback: refused before the first step, naming the largest batch that fits.
+        stopped = runs[(4, True)]
+        self.assertEqual(len(stopped), 1)
+        self.assertEqual(stopped[0]["error_type"], "DoesNotFit")
+        self.assertEqual(stopped[0]["steps_done"], 0)
+        self.assertEqual(stopped[0]["micro_steps"], 0)
+        self.assertIn("the largest batch that fits is 1", stopped[0]["error"])
+        # Without it, batch 4 and batch 2 run out of memory in their first step: the refusal was right.
+        for batch in (4, 2):
+            self.assertEqual([(r["kind"], r["oom"], r["error_type"]) for r in runs[(batch, False)]],
+                             [("error", True, "OutOfMemoryError")])
+        # Batch 1, the answer, passes the callback and runs its three steps under the budget.
+        ran = runs[(1, True)]
+        self.assertEqual([r["step"] for r in ran], [1, 2, 3])
+        self.assertTrue(all(r["kind"] == "trainer_step" and not r["oom"] and r["reserved_peak"] < 12 << 30 for r in ran))
+
+
 if __name__ == "__main__":
     unittest.main()
