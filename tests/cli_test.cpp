@@ -555,7 +555,7 @@ TEST_CASE("cli: bad input exits 2 with one line on stderr naming the flag, and w
       {"--phase", {"last"}},
       {"--precision", {"int8"}},
       {"--optim", {"adam", "adamw_torch_fused", ""}},
-      {"--lora-dropout", {"1", "-0.1", "0.5.", "nan", "1e-2", "five"}},
+      {"--lora-dropout", {"1", "-0.1", "0.5.", "nan", "1e2", "five", "0x1"}},
       {"--budget", {"0GB", "-1GB", "24XB", "99999999TB"}},
   };
   struct Case {

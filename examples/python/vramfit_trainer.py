@@ -173,6 +173,8 @@ def flags_from_trainer(model, args, seq):
         targets = getattr(lora, "target_modules", None)  # None: PEFT's default, vramfit's too
         if targets is not None:
             flags["lora_targets"] = targets if isinstance(targets, str) else sorted(targets)
+        if getattr(lora, "lora_dropout", 0):  # above 0 each adapter keeps a mask and its own input copy
+            flags["lora_dropout"] = lora.lora_dropout
         for name in ("use_dora", "modules_to_save", "layers_to_transform", "rank_pattern"):
             if getattr(lora, name, None):
                 caveats.append("LoRA %s=%r is not modelled" % (name, getattr(lora, name)))
@@ -211,8 +213,10 @@ def flags_from_trainer(model, args, seq):
                        "vramfit predicts one step of batch %d" % (accum, flags["batch"]))
     optim = getattr(args, "optim", None)
     optim = str(getattr(optim, "value", optim))
-    if optim != "adamw_torch":
-        caveats.append("optim=%s: vramfit models torch's foreach AdamW (optim='adamw_torch')" % optim)
+    if optim == "sgd":  # torch.optim.SGD without momentum; vramfit's closed form bounds it by AdamW
+        flags["optim"] = "sgd"
+    elif optim != "adamw_torch":
+        caveats.append("optim=%s: vramfit models torch's foreach AdamW (optim='adamw_torch') and SGD" % optim)
     world = getattr(args, "world_size", 1)
     if world > 1:
         flags["world_size"] = world

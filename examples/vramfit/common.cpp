@@ -62,7 +62,7 @@ std::uint64_t parse_positive(std::string_view flag, std::string_view text) {
 double parse_probability(std::string_view flag, std::string_view text) {
   const std::string expected = "expected a number at least 0 and below 1 (e.g. 0.05), got '" + std::string(text) + "'";
   double value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value, std::chars_format::fixed);
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (text.empty() || error != std::errc() || end != text.data() + text.size() || !(value >= 0 && value < 1))
     throw InvalidInput(flag, expected);
   return value;

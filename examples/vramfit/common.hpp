@@ -120,7 +120,7 @@ CLI::Option* add_stack(CLI::App& app, BadValues& bad, Stack& stack);
 /// A whole number of at least 1: no sign, space, fraction or trailing character, at most 64 bits.
 /// The library's own limits are checked when the step is validated.
 std::uint64_t parse_positive(std::string_view flag, std::string_view text);
-/// A probability in [0, 1) written as a decimal ("0.05", "0", ".1"); anything else names `flag`.
+/// A probability in [0, 1) written as a decimal ("0.05", "0", ".1", "1e-05"); anything else names `flag`.
 double parse_probability(std::string_view flag, std::string_view text);
 
 /// One whole number of at least 1, or with `list` a comma-separated list of them (`parse_positive`

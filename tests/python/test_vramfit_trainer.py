@@ -159,6 +159,10 @@ class Cli(unittest.TestCase):
         step = e["step"]
         self.assertEqual((step["mode"], step["lora_rank"], step["lora_targets"]), ("lora", 16, ["q_proj", "v_proj"]))
         self.assertEqual((step["batch"], step["seq"], step["gradient_checkpointing"]), (4, 1024, True))
+        lora = types.SimpleNamespace(**dict(vars(LORA), lora_dropout=1e-05))  # str() writes 1e-05
+        flags, _ = vt.flags_from_trainer(fake_model(peft=lora), fake_args(optim="sgd"), 1024)
+        step = vt.predict(vramfit=EXE, **flags)["step"]
+        self.assertEqual((step["lora_dropout"], step["optim"]), (1e-05, "sgd"))
         flags, _ = vt.flags_from_trainer(fake_model("torch.float32"), fake_args(), 512)
         step = vt.predict(vramfit=EXE, **flags)["step"]
         self.assertEqual((step["mode"], step["precision"], step["attention"]), ("full", "fp32", "mem-efficient"))
@@ -179,6 +183,15 @@ class TrainerFlags(unittest.TestCase):
         self.assertEqual(vt._argv({k: v for k, v in flags.items() if k != "config"}),
                          ["--batch", "4", "--seq", "2048", "--lora-rank", "16", "--lora-targets", "q_proj,v_proj",
                           "--grad-ckpt", "--precision", "bf16"])
+
+    def test_lora_dropout_and_sgd_are_flags(self):
+        lora = types.SimpleNamespace(**dict(vars(LORA), lora_dropout=0.05))
+        flags, caveats = vt.flags_from_trainer(fake_model(peft=lora), fake_args(optim="sgd"), 1024)
+        self.assertEqual((flags["lora_dropout"], flags["optim"], caveats), (0.05, "sgd", []))
+        flags, _ = vt.flags_from_trainer(fake_model(peft=types.SimpleNamespace(**dict(vars(LORA), lora_dropout=0.0))),
+                                         fake_args(), 1024)
+        self.assertNotIn("lora_dropout", flags)  # 0: PEFT's identity
+        self.assertNotIn("optim", flags)
 
     def test_plain_adamw_full_fine_tuning_has_no_caveats(self):
         optim = types.SimpleNamespace(value="adamw_torch")  # OptimizerNames is a str enum
