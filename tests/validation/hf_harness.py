@@ -25,6 +25,7 @@ without them.
 """
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -60,7 +61,7 @@ PRESETS = {name: {"arch": arch, "max_position_embeddings": mpe, "rms_norm_eps": 
            for name, arch, mpe, eps, *shape in _PRESET_ROWS}
 
 ARM_KEYS = {"model", "shape", "arch", "name", "mode", "lora_rank", "lora_targets", "lora_dropout", "optim",
-            "gradient_checkpointing", "logits_retained", "batch", "seq", "note"}
+            "step_file", "gradient_checkpointing", "logits_retained", "batch", "seq", "note"}
 # The optimizers a step can run (vramfit's --optim): torch.optim.AdamW (foreach, the default on
 # CUDA), torch.optim.SGD with momentum 0.9 (one buffer per parameter) and without (no state).
 OPTIMIZERS = ("adamw", "sgd-momentum", "sgd")
@@ -219,6 +220,12 @@ def normalize_arm(raw, for_max_batch=False):
     arm["optim"] = raw.get("optim", "adamw")
     if arm["optim"] not in OPTIMIZERS:
         raise ArmSpecError("optim must be one of %s, got %r" % (", ".join(OPTIMIZERS), arm["optim"]))
+    # A user's own training step (load_step): a Python file; `optim` then names what it runs.
+    arm["step_file"] = raw.get("step_file")
+    if arm["step_file"] is not None:
+        if not isinstance(arm["step_file"], str) or not os.path.isfile(arm["step_file"]):
+            raise ArmSpecError("step_file must name a Python file, got %r" % (arm["step_file"],))
+        arm["step_file"] = os.path.abspath(arm["step_file"])
     arm["gradient_checkpointing"] = _as_bool(raw.get("gradient_checkpointing", False), "gradient_checkpointing")
     arm["logits_retained"] = _as_bool(raw.get("logits_retained", False), "logits_retained")
     if for_max_batch:
@@ -768,8 +775,50 @@ def optimizer_info(optimizer, params):
     return info
 
 
+STEP_PHASES = ("forward", "backward", "optimizer", "zero_grad")
+_STEPS = {}
+
+
+def load_step(path):
+    """A user's training step, from a Python file (vramfit-record --step): it defines
+    `train_step(model, batch, optimizer, phase)`, which runs one step with each of its four parts
+    inside `with phase("forward")`, "backward", "optimizer", "zero_grad", in that order, and may
+    define `make_optimizer(params)` (else AdamW, lr 1e-4). Raises ArmSpecError naming the file."""
+    if path not in _STEPS:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("vramfit_user_step_%d" % len(_STEPS), path)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as e:
+            raise ArmSpecError("step_file %s: cannot load it: %s" % (path, e))
+        if not callable(getattr(module, "train_step", None)):
+            raise ArmSpecError("step_file %s: defines no train_step(model, batch, optimizer, phase)" % path)
+        _STEPS[path] = module
+    return _STEPS[path]
+
+
+def user_phases(record):
+    """The `phase` a user's train_step is given: a context manager per part of the step, checked to
+    come as STEP_PHASES in order; record(name) is the caller's own context manager for that part."""
+    seen = []
+
+    @contextlib.contextmanager
+    def phase(name):
+        if len(seen) >= len(STEP_PHASES) or name != STEP_PHASES[len(seen)]:
+            raise ArmSpecError("train_step: phase(%r) out of order: the parts are %s, in that order"
+                               % (name, ", ".join(STEP_PHASES)))
+        seen.append(name)
+        with record(name):
+            yield
+    return phase, seen
+
+
 def make_optimizer(params, arm):
-    """The arm's optimizer over `params` (lr 1e-4), with torch's defaults otherwise (foreach on CUDA)."""
+    """The arm's optimizer over `params` (lr 1e-4), with torch's defaults otherwise (foreach on CUDA);
+    a user's step file may make its own."""
+    if arm.get("step_file") and callable(getattr(load_step(arm["step_file"]), "make_optimizer", None)):
+        return load_step(arm["step_file"]).make_optimizer(params)
     name = arm.get("optim", "adamw")
     if name == "adamw":
         return torch.optim.AdamW(params, lr=1e-4)
@@ -808,6 +857,18 @@ def run_steps(model, arm, vocab, seed, res, steps=2, lengths=None):
             if k > 1:
                 batch = make_batch(arm["batch"], lengths[k - 1], vocab, gen)
             res["realised_lengths"].append(int(batch["input_ids"].shape[-1]))
+        if arm.get("step_file"):
+            @contextlib.contextmanager
+            def record(name, ph=ph, k=k):
+                res["current"] = "step%d.%s" % (k, name)
+                b = _phase_begin()
+                yield
+                ph[name] = _phase_end(b)
+            phase, seen = user_phases(record)
+            load_step(arm["step_file"]).train_step(model, batch, optimizer, phase)
+            if len(seen) != len(STEP_PHASES):
+                raise ArmSpecError("train_step ran the parts %s, not all of %s" % (seen, ", ".join(STEP_PHASES)))
+            continue
         res["current"] = "step%d.forward" % k
         b = _phase_begin()
         out = model(**batch)
@@ -872,7 +933,7 @@ def arm_fields(arm):
         "model": arm["model"], "arch": arm["arch"], "shape": dict(arm["shape"]), "mode": arm["mode"],
         "lora_rank": arm["lora_rank"], "lora_targets": arm["lora_target_modules"],  # the list: see row_arm
         "lora_target_modules": arm["lora_target_modules"], "lora_alpha": arm["lora_alpha"],
-        "lora_dropout": arm["lora_dropout"], "optim": arm["optim"],
+        "lora_dropout": arm["lora_dropout"], "optim": arm["optim"], "step_file": arm["step_file"],
         "gradient_checkpointing": arm["gradient_checkpointing"],
         "logits_retained": arm["logits_retained"], "batch": arm["batch"], "seq": arm["seq"],
         "note": arm.get("note"),

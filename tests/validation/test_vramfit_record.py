@@ -58,6 +58,47 @@ class Plan(unittest.TestCase):
                 self.assertEqual(R.main(["--config", os.path.join(DATA, "configs", "Qwen2.5-0.5B.json"), "--out", "x",
                                          "--from-traces", TRACES, *bad]), 2)
 
+    def test_the_user_step(self):
+        step = os.path.join(HERE, "steps", "fused_adamw_clip.py")
+        arms = R.plan(config("Qwen2.5-0.5B"), step_file=step)
+        # Kept logits are the step's own doing: 8 kinds (4 modes, plain and checkpointing) at 4 and 6 layers.
+        self.assertEqual(len(arms), 16)
+        self.assertFalse(any(a["logits_retained"] for a in arms))
+        self.assertEqual({a["step_file"] for a in arms}, {os.path.abspath(step)})
+        self.assertEqual(R.main(["--config", os.path.join(DATA, "configs", "Qwen2.5-0.5B.json"), "--out", "x",
+                                 "--from-traces", TRACES, "--step", "/nonexistent/step.py"]), 2)
+
+    def test_the_step_file_protocol(self):
+        H = R.trace_program.H
+        with tempfile.TemporaryDirectory() as d:
+            good, bad = os.path.join(d, "good.py"), os.path.join(d, "bad.py")
+            with open(good, "w") as f:
+                f.write("def train_step(model, batch, optimizer, phase):\n"
+                        "    for part in model:\n"
+                        "        with phase(part):\n"
+                        "            batch.append(part)\n")
+            with open(bad, "w") as f:
+                f.write("def step(model):\n    pass\n")
+            module = H.load_step(good)
+            with self.assertRaises(H.ArmSpecError) as e:
+                H.load_step(bad)
+            self.assertIn("defines no train_step", str(e.exception))
+            import contextlib
+            recorded = []
+
+            @contextlib.contextmanager
+            def record(name):
+                recorded.append(name)
+                yield
+            phase, seen = H.user_phases(record)
+            done = []
+            module.train_step(list(H.STEP_PHASES), done, None, phase)
+            self.assertEqual((recorded, seen, done), ([*H.STEP_PHASES],) * 3)
+            phase, _ = H.user_phases(record)
+            with self.assertRaises(H.ArmSpecError) as e:  # the optimizer before the backward
+                module.train_step(["forward", "optimizer"], [], None, phase)
+            self.assertIn("phase('optimizer') out of order", str(e.exception))
+
     def test_refused_configs_name_the_key(self):
         cases = (({"model_type": "qwen3"}, "model_type"),
                  (dict(config("Llama-3.2-1B"), attention_bias=True), "attention_bias"),

@@ -100,6 +100,12 @@ def run_two_steps_marked(model, arm, marks):
 
     for k in (1, 2):
         phases["step%d" % k] = {}
+        if arm.get("step_file"):  # the user's own step (vramfit-record --step), its parts marked alike
+            user, seen = H.user_phases(lambda name, k=k: phase(k, name))
+            H.load_step(arm["step_file"]).train_step(model, batch, optimizer, user)
+            if len(seen) != len(H.STEP_PHASES):
+                raise H.ArmSpecError("train_step ran the parts %s, not all of %s" % (seen, ", ".join(H.STEP_PHASES)))
+            continue
         with phase(k, "forward"):
             out = model(**batch)
             loss = out.loss
@@ -135,6 +141,9 @@ def main():
     H._import_stack()
     torch = H.torch
     stack = H.collect_stack()
+    steps = sorted({os.path.basename(json.loads(raw).get("step_file") or "") for raw in a.arms} - {""})
+    if steps:  # the program file's software line names the user's step
+        stack["step"] = ", ".join(steps)
     H.warmup_context()
     for n, raw in enumerate(a.arms):
         arm = H.normalize_arm(json.loads(raw))

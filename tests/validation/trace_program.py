@@ -892,8 +892,11 @@ def program_sections(flat):
 def stack_record(stack, ns):
     """The GPU and the software the traces were recorded on, from their stack row."""
     if ns == 'hf_peft':
-        return stack.get('gpu_name', '?'), 'torch %s, transformers %s, peft %s' % (
-            stack.get('torch', '?'), stack.get('transformers', '?'), stack.get('peft', '?'))
+        software = 'torch %s, transformers %s, peft %s' % (stack.get('torch', '?'), stack.get('transformers', '?'),
+                                                         stack.get('peft', '?'))
+        if stack.get('step'):  # a user's own step (vramfit-record --step), not the plain loop
+            software += ', step %s' % stack['step']
+        return stack.get('gpu_name', '?'), software
     return stack.get('gpu', '?'), 'LibTorch %s' % stack.get('torch', '?')
 
 

@@ -15,6 +15,10 @@ Qwen2.5-0.5B on an H100 it took 35 s, all twelve kinds verified (tests/data/reco
 optimizer and that dropout (torch.optim.SGD lr 1e-4, momentum 0.9 or 0; PEFT's nn.Dropout before
 each adapter): run it once per combination your loops use.
 
+With --step FILE.py the models run your own training step (a function in that file; see --help)
+instead of the plain loop, and the file written holds your step's programs: give it to vramfit
+with --programs, and the kinds you recorded are predicted for your loop.
+
 Usage:
   vramfit-record --config path/to/config.json --out my.programs
   vramfit predict --config path/to/config.json --programs my.programs ...
@@ -63,17 +67,24 @@ def architecture(config):
     return arch, bool(config.get("tie_word_embeddings", False)), head_dim
 
 
-def plan(config, optim="adamw", lora_dropout=0.0):
+def plan(config, optim="adamw", lora_dropout=0.0, step_file=None):
     """The arms to record for CONFIG: every kind of step at 4 and 6 layers, with the optimizer
-    `optim` and, on the LoRA kinds, dropout `lora_dropout` (full fine-tuning has no adapters)."""
+    `optim` and, on the LoRA kinds, dropout `lora_dropout` (full fine-tuning has no adapters). With
+    `step_file` (a user's train_step, hf_harness.load_step) the arms run that step, and the kept-logits
+    kinds are left out: whether logits outlive the forward is the user's step's own doing."""
     arch, tied, head_dim = architecture(config)
     if optim not in OPTIMIZERS:
         raise RecordError("--optim: must be one of %s, got %r" % (", ".join(OPTIMIZERS), optim))
     if not 0 <= lora_dropout < 1:  # NaN too
         raise RecordError("--lora-dropout: must be in [0, 1), got %r" % (lora_dropout,))
-    return [program_arms.arm(arch, tied, mode, targets, layers, head_dim, gc, ret, optim,
+    if step_file is not None and not os.path.isfile(step_file):
+        raise RecordError("--step: %s is not a file" % step_file)
+    arms = [program_arms.arm(arch, tied, mode, targets, layers, head_dim, gc, ret, optim,
                              lora_dropout if mode == "lora" else 0.0)
-            for layers in LAYERS for mode, targets, gc, ret in KINDS_OF_STEP]
+            for layers in LAYERS for mode, targets, gc, ret in KINDS_OF_STEP if not (step_file and ret)]
+    for a in arms if step_file else ():
+        a["step_file"] = os.path.abspath(step_file)
+    return arms
 
 
 def kind_of(arm):
@@ -141,6 +152,11 @@ def main(argv=None):
                         "(0.9; one buffer per parameter) or without (default adamw)")
     p.add_argument("--lora-dropout", default="0", metavar="P",
                    help="your LoRA dropout, 0 to below 1 (default 0; above 0 each adapter keeps a mask)")
+    p.add_argument("--step", metavar="FILE.py",
+                   help="your own training step instead of the plain loop: a Python file defining "
+                        "train_step(model, batch, optimizer, phase), each of its parts inside with phase('forward'), "
+                        "'backward', 'optimizer', 'zero_grad', in order, and optionally make_optimizer(params); "
+                        "--optim then names the optimizer it runs (an example: steps/fused_adamw_clip.py beside this script)")
     a = p.parse_args(argv)
     try:
         try:
@@ -154,7 +170,7 @@ def main(argv=None):
             dropout = float(a.lora_dropout)
         except ValueError:
             raise RecordError("--lora-dropout: must be a number in [0, 1), got %r" % a.lora_dropout)
-        arms = plan(config, a.optim, dropout)
+        arms = plan(config, a.optim, dropout, a.step)
         with tempfile.TemporaryDirectory(prefix="vramfit-record-") as work:
             traces = a.keep_traces or os.path.join(work, "traces.jsonl.gz")
             if a.from_traces:
