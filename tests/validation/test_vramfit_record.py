@@ -254,5 +254,54 @@ class RecordedKindsNotBuiltIn(unittest.TestCase):
         self.assertEqual(sum(r["optim"] == "sgd-momentum" and r["mode"] == "full" for r in steps), 6)
 
 
+class RecordedUserStep(unittest.TestCase):
+    """tests/data/recorded/: vramfit-record --step steps/fused_adamw_clip.py (fused AdamW, clipping at
+    1.0) run on an H100 for Qwen2.5-0.5B, and ten held-out steps running the same step
+    (record_heldout_arms_3.json, a fresh process each). The recorder verified four of its eight
+    kinds (LoRA on q,v and on q,k,v,o) and refused four (all-linear, full fine-tuning: the 6-layer
+    program does not give the 4-layer trace back), which then take the closed form."""
+    RECORDED = os.path.join(DATA, "recorded")
+    PROGRAMS = os.path.join(RECORDED, "qwen2.5-0.5b-h100-fused-clip.programs")
+    HELDOUT = os.path.join(RECORDED, "qwen2.5-0.5b-h100-heldout-3.jsonl")
+    STEP = os.path.join(HERE, "steps", "fused_adamw_clip.py")
+
+    def test_the_file_is_what_its_traces_give(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "again.programs")
+            traces = os.path.join(self.RECORDED, "qwen2.5-0.5b-h100-fused-clip-traces.jsonl.gz")
+            # Exit 1: some kinds were rejected; the file holds the verified ones.
+            self.assertEqual(R.main(["--config", os.path.join(DATA, "configs", "Qwen2.5-0.5B.json"), "--out", out,
+                                     "--from-traces", traces, "--step", self.STEP]), 1)
+            with open(out) as a, open(self.PROGRAMS) as b:
+                text = a.read()
+                self.assertEqual(text, b.read())
+        self.assertIn("software torch 2.11.0+cu130, transformers 5.17.0, peft 0.21.0, step fused_adamw_clip.py", text)
+        kinds = sorted(l.split(" : ")[0] for l in text.splitlines() if l.startswith("p "))
+        self.assertEqual(kinds, ["p qwen2 1 1 lora q_proj,k_proj,v_proj,o_proj 0 0 adamw 0",
+                                 "p qwen2 1 1 lora q_proj,k_proj,v_proj,o_proj 1 0 adamw 0",
+                                 "p qwen2 1 1 lora q_proj,v_proj 0 0 adamw 0", "p qwen2 1 1 lora q_proj,v_proj 1 0 adamw 0"])
+
+    def test_held_out_steps_of_the_user_step(self):
+        if not EXE:
+            self.skipTest("VRAMFIT (the built CLI) not set")
+        r = subprocess.run([EXE, "replay", "--data", self.HELDOUT, "--programs", self.PROGRAMS, "--json"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = [json.loads(l) for l in r.stdout.splitlines()]
+        self.assertEqual(len(rows), 10)
+        simulated = 0
+        for row in rows:
+            step = row["step"]
+            with self.subTest(line=row["line"]):
+                self.assertGreaterEqual(row["predicted_bytes"], row["real_bytes"])
+                if step["mode"] == "lora" and len(step["lora_targets"]) <= 4:
+                    simulated += 1
+                    self.assertEqual(row["method"], "allocator simulation")
+                    self.assertLessEqual(row["predicted_bytes"], row["real_bytes"] * 1.005)
+                else:
+                    self.assertEqual(row["method"], "closed form")
+        self.assertEqual(simulated, 5)
+
+
 if __name__ == "__main__":
     unittest.main()
