@@ -247,7 +247,8 @@ def group_key(arm):
                        arm["lora_targets"], arm["lora_dropout"], arm["gradient_checkpointing"]], sort_keys=True)
 
 
-def arm_summary(arm):
+def training_words(arm):
+    """How the arm trains, in a few words: "lora r8 q_proj,v_proj dropout 0.05 sgd-momentum", "full"."""
     if arm["mode"] == "lora":
         m = "lora r%d %s" % (arm["lora_rank"], arm["lora_targets"])
         if arm.get("lora_dropout"):
@@ -256,6 +257,11 @@ def arm_summary(arm):
         m = "full"
     if arm.get("optim") not in (None, "adamw"):  # the Trainer's arms name their optim themselves
         m += " " + arm["optim"]
+    return m
+
+
+def arm_summary(arm):
+    m = training_words(arm)
     bs = "b%s s%d" % ("?" if arm["batch"] is None else arm["batch"], arm["seq"])
     return "%s %s gc=%d ret=%d %s" % (arm["model"], m, int(arm["gradient_checkpointing"]),
                                       int(arm["logits_retained"]), bs)
@@ -814,11 +820,21 @@ def user_phases(record):
     return phase, seen
 
 
+def run_user_step(arm, model, batch, optimizer, record):
+    """One step of the arm's step file, each part inside record(name) (a context manager of the
+    caller's: marks, phase peaks); an error unless it ran all of STEP_PHASES."""
+    phase, seen = user_phases(record)
+    load_step(arm["step_file"]).train_step(model, batch, optimizer, phase)
+    if len(seen) != len(STEP_PHASES):
+        raise ArmSpecError("train_step ran the parts %s, not all of %s" % (seen, ", ".join(STEP_PHASES)))
+
+
 def make_optimizer(params, arm):
     """The arm's optimizer over `params` (lr 1e-4), with torch's defaults otherwise (foreach on CUDA);
     a user's step file may make its own."""
-    if arm.get("step_file") and callable(getattr(load_step(arm["step_file"]), "make_optimizer", None)):
-        return load_step(arm["step_file"]).make_optimizer(params)
+    user = load_step(arm["step_file"]) if arm.get("step_file") else None
+    if callable(getattr(user, "make_optimizer", None)):
+        return user.make_optimizer(params)
     name = arm.get("optim", "adamw")
     if name == "adamw":
         return torch.optim.AdamW(params, lr=1e-4)
@@ -864,10 +880,7 @@ def run_steps(model, arm, vocab, seed, res, steps=2, lengths=None):
                 b = _phase_begin()
                 yield
                 ph[name] = _phase_end(b)
-            phase, seen = user_phases(record)
-            load_step(arm["step_file"]).train_step(model, batch, optimizer, phase)
-            if len(seen) != len(STEP_PHASES):
-                raise ArmSpecError("train_step ran the parts %s, not all of %s" % (seen, ", ".join(STEP_PHASES)))
+            run_user_step(arm, model, batch, optimizer, record)
             continue
         res["current"] = "step%d.forward" % k
         b = _phase_begin()
@@ -1264,14 +1277,7 @@ def budget_text(b):
 
 
 def default_case(arm, budget, alloc_conf):
-    if arm["mode"] == "lora":
-        m = "lora r%d %s" % (arm["lora_rank"], arm["lora_targets"])
-        if arm.get("lora_dropout"):
-            m += " dropout %g" % arm["lora_dropout"]
-    else:
-        m = "full"
-    if arm.get("optim") not in (None, "adamw"):  # the Trainer's arms name their optim themselves
-        m += " " + arm["optim"]
+    m = training_words(arm)
     return "%s %s%s s%d %s %s" % (arm["model"], m, " gc" if arm["gradient_checkpointing"] else "", arm["seq"],
                                  budget_text(budget), alloc_conf or "default")
 

@@ -101,10 +101,7 @@ def run_two_steps_marked(model, arm, marks):
     for k in (1, 2):
         phases["step%d" % k] = {}
         if arm.get("step_file"):  # the user's own step (vramfit-record --step), its parts marked alike
-            user, seen = H.user_phases(lambda name, k=k: phase(k, name))
-            H.load_step(arm["step_file"]).train_step(model, batch, optimizer, user)
-            if len(seen) != len(H.STEP_PHASES):
-                raise H.ArmSpecError("train_step ran the parts %s, not all of %s" % (seen, ", ".join(H.STEP_PHASES)))
+            H.run_user_step(arm, model, batch, optimizer, lambda name, k=k: phase(k, name))
             continue
         with phase(k, "forward"):
             out = model(**batch)

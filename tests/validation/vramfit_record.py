@@ -36,7 +36,7 @@ import program_arms  # noqa: E402  (no torch at import)
 import trace_program  # noqa: E402
 
 LAYERS = (4, 6)
-OPTIMIZERS = ("adamw", "sgd-momentum", "sgd")  # as hf_harness.py names them (no torch at import there)
+OPTIMIZERS = trace_program.H.OPTIMIZERS  # hf_harness.py's names (it imports no torch until asked)
 KINDS_OF_STEP = [(mode, targets, gc, ret) for mode, targets in program_arms.MODES for gc, ret in program_arms.VARIANTS]
 
 
