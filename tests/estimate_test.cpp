@@ -85,6 +85,31 @@ TEST_CASE("an estimate carries its provenance; several ranks are flagged as not 
   CHECK(provenance(Stack::hf_peft, zero2).unvalidated == sharding_caveat(zero2));
 }
 
+TEST_CASE("the Trainer's settings belong to the hf-trainer stack, which bounds the step by its closed form") {
+  const ModelShape m = preset("SmolLM2-135M");
+  const Step accumulating{.seq = 1024, .grad_accum = 4};
+  const Step mixed{.seq = 1024, .mode = Mode::full, .weights = Precision::fp32};
+  for (const Stack s : {Stack::hf_peft, Stack::libtorch}) {
+    CHECK_THROWS_WITH_AS(estimate(m, accumulating, s), doctest::Contains("grad accum: gradient accumulation"),
+                         InvalidInput);
+    CHECK_THROWS_WITH_AS(estimate(m, mixed, s), doctest::Contains("weights: fp32 weights under autocast"),
+                         InvalidInput);
+  }
+  const Estimate e = estimate(m, accumulating, Stack::hf_trainer);
+  CHECK(e.method == Method::closed_form);
+  CHECK(e.no_simulation.find("no step program of the Trainer's step") != std::string_view::npos);
+  CHECK(e.provenance.software == profiles::HfTrainer::recorded_software);
+  CHECK(e.peak == e.closed_form.peak);
+  CHECK(estimate(m, mixed, Stack::hf_trainer).peak > estimate(m, Step{.seq = 1024, .mode = Mode::full}, Stack::hf_trainer).peak);
+  CHECK_THROWS_WITH_AS(estimate(m, Step{.mode = Mode::full, .world_size = 2}, Stack::hf_trainer),
+                       doctest::Contains("world size: the hf-trainer stack is modelled on one GPU"), InvalidInput);
+  CHECK(parse_stack("hf-trainer") == Stack::hf_trainer);
+  // Its programs, when a caller brings some, must be its own.
+  RunContext c;
+  c.programs = builtin_programs("hf-peft").set;
+  CHECK_THROWS_AS(estimate(m, accumulating, Stack::hf_trainer, c), InvalidInput);
+}
+
 // RunContext::simulation_threads: a caller that runs estimates in parallel itself can keep each
 // simulation on its own thread; the figures are the same on any number of threads.
 TEST_CASE("an estimate's figures do not depend on its simulation threads") {

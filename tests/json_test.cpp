@@ -68,6 +68,17 @@ TEST_CASE("a step comes back from its JSON: LoRA targets, hybrid sharding, peak_
     CHECK(nlohmann::json(st).get<Step>() == st);
   }
 
+  // The Trainer's settings: accumulation and fp32 weights under autocast; unmixed weights read back unset.
+  Step trainer = lora;
+  trainer.grad_accum = 4;
+  trainer.weights = Precision::fp32;
+  trainer.optimizer = Optimizer::adamw_fused;
+  const nlohmann::json t = trainer;
+  CHECK((t["grad_accum"] == 4 && t["weights"] == "fp32" && t["optim"] == "adamw-fused"));
+  CHECK(t.get<Step>() == trainer);
+  CHECK(j["weights"] == "fp16");  // the precision's
+  CHECK_FALSE(j.get<Step>().weights.has_value());
+
   // ordered_json keeps the schema's order.
   const nlohmann::ordered_json ordered = lora;
   CHECK(ordered.begin().key() == "batch");

@@ -160,6 +160,35 @@ TEST_CASE("validate(step) names each bad field") {
         "<no error>");
 }
 
+TEST_CASE("validate(step): gradient accumulation and mixed precision") {
+  CHECK(invalid_field(Step{.grad_accum = 0}) == "grad accum");
+  CHECK(invalid_field(Step{.grad_accum = 65537}) == "grad accum");
+  CHECK(invalid_field(Step{.grad_accum = 65536}) == "<no error>");
+  // Mixed precision is fp32 weights under bf16 or fp16 autocast; the weights' own dtype is not mixed.
+  CHECK(invalid_field(Step{.weights = Precision::fp32}) == "<no error>");
+  CHECK(invalid_field(Step{.precision = Precision::fp16, .weights = Precision::fp32}) == "<no error>");
+  CHECK(invalid_field(Step{.weights = Precision::bf16}) == "<no error>");
+  CHECK(invalid_field(Step{.precision = Precision::fp32, .weights = Precision::bf16}) == "weights");
+  CHECK(invalid_field(Step{.weights = Precision::fp16}) == "weights");
+  CHECK(Step{.weights = Precision::fp32}.mixed_precision());
+  CHECK_FALSE(Step{.weights = Precision::bf16}.mixed_precision());
+  CHECK(Step{}.weight_precision() == Precision::bf16);
+}
+
+TEST_CASE("parse_optimizer reads vramfit's names and the Trainer's") {
+  CHECK(parse_optimizer("adamw") == Optimizer::adamw);
+  CHECK(parse_optimizer("adamw_torch") == Optimizer::adamw);
+  CHECK(parse_optimizer("adamw-fused") == Optimizer::adamw_fused);
+  CHECK(parse_optimizer("adamw_torch_fused") == Optimizer::adamw_fused);
+  CHECK(parse_optimizer("Adafactor") == Optimizer::adafactor);
+  CHECK(parse_optimizer("sgd") == Optimizer::sgd);
+  CHECK(parse_optimizer("sgd_momentum") == Optimizer::sgd_momentum);
+  CHECK_THROWS_WITH_AS(parse_optimizer("adamw_bnb_8bit"),
+                       "--optim: unknown optimizer 'adamw_bnb_8bit' (allowed: adamw, adamw-fused, adafactor, "
+                       "sgd-momentum, sgd)",
+                       InvalidInput);
+}
+
 // `--lora-rank 65536` on a hidden size of 896 was accepted and simulated: the rank is bounded by the
 // smallest min(in, out) of the projections it targets, and the error names that projection.
 TEST_CASE("the LoRA rank is at most the smallest min(in, out) of the targeted projections") {

@@ -192,12 +192,134 @@ TEST_CASE("ActivationTerm: LoRA dropout keeps each adapter's dropped input copy 
   CHECK_FALSE(full.lora_dropout());
 }
 
-TEST_CASE("ParameterTerm: SGD is priced as AdamW in the closed form (an upper bound of its one buffer)") {
-  for (const Optimizer o : {Optimizer::sgd_momentum, Optimizer::sgd}) {
+TEST_CASE("ParameterTerm: each optimizer's state and temporaries (LoRA q,v: fp32 adapters)") {
+  const std::uint64_t weights = 2 * all_params;
+  const std::uint64_t adapters = 4 * adapter_params_qv;
+  // Per layer four adapter matrices: A_q 4x64, B_q 64x4, A_v 4x64, B_v 32x4.
+  const std::uint64_t tensors = 3 * 4;
+  const std::uint64_t largest = 4 * 64;                                        // elements of A_q, B_q, A_v
+  const std::uint64_t factored = 3 * ((4 + 64) + (64 + 4) + (4 + 64) + (32 + 4));  // rows + columns
+  const auto with = [](Optimizer o) {
     Step s = lora_qv;
     s.optimizer = o;
-    CHECK(ParameterTerm<HfPeft>{}(small, s) == ParameterTerm<HfPeft>{}(small, lora_qv));
+    return ParameterTerm<HfPeft>{}(small, s);
+  };
+  // The state lives through the step; the optimizer step adds the grads and the temporaries.
+  const auto steady = [&](std::uint64_t state, std::uint64_t temporaries) {
+    return std::pair{weights + adapters + state, weights + adapters + adapters + state + temporaries};
+  };
+  SUBCASE("fused AdamW: the moments, a 4-byte step per tensor, no temporaries") {
+    const auto [persistent, optimizer] = steady(2 * adapters + 4 * tensors, 0);
+    check_phases(with(Optimizer::adamw_fused), persistent, persistent, persistent + adapters / 3,
+                 persistent + adapters, optimizer);
   }
+  SUBCASE("Adafactor: fp32 row and column vectors; two fp32 tensors of the largest (fp32 adapters)") {
+    const auto [persistent, optimizer] = steady(4 * factored, 2 * 4 * largest);
+    check_phases(with(Optimizer::adafactor), persistent, persistent, persistent + adapters / 3,
+                 persistent + adapters, optimizer);
+  }
+  SUBCASE("SGD with momentum: one buffer; foreach's weight decay copy") {
+    const auto [persistent, optimizer] = steady(adapters, adapters);
+    check_phases(with(Optimizer::sgd_momentum), persistent, persistent, persistent + adapters / 3,
+                 persistent + adapters, optimizer);
+  }
+  SUBCASE("SGD: no state") {
+    const auto [persistent, optimizer] = steady(0, adapters);
+    check_phases(with(Optimizer::sgd), persistent, persistent, persistent + adapters / 3, persistent + adapters,
+                 optimizer);
+  }
+  SUBCASE("Adafactor on bf16 weights: an fp32 grad and weight copy too, four fp32 tensors of the largest") {
+    Step full = lora_qv;
+    full.mode = Mode::full;
+    full.optimizer = Optimizer::adafactor;
+    const std::uint64_t full_largest = embedding_params;  // 1000 x 64
+    // Per layer 7 matrices and 2 norm vectors; embedding and lm_head (untied), the final norm.
+    const std::uint64_t full_factored = 3 * ((64 + 64) + (32 + 64) + (32 + 64) + (64 + 64) + 2 * (160 + 64) +
+                                             (64 + 160) + 2 * 64) +
+                                        2 * (1000 + 64) + 64;
+    const PhaseBytes p = ParameterTerm<HfPeft>{}(small, full);
+    CHECK(p[Phase::forward].count() == weights + 4 * full_factored);
+    CHECK(p[Phase::optimizer_step].count() == 2 * weights + 4 * full_factored + 4 * 4 * full_largest);
+  }
+}
+
+namespace {
+using HfTrainer = profiles::HfTrainer;
+}  // namespace
+
+TEST_CASE("hf-trainer without autocast (fp32) saves what hf-peft saves") {
+  Step s = lora_qv;
+  s.precision = Precision::fp32;
+  for (const Mode mode : {Mode::lora, Mode::full}) {
+    s.mode = mode;
+    CHECK(ActivationTerm<HfTrainer>{}(small, s) == ActivationTerm<HfPeft>{}(small, s));
+    CHECK(LogitsTerm<HfTrainer>{}(small, s) == LogitsTerm<HfPeft>{}(small, s));
+  }
+}
+
+TEST_CASE("hf-trainer: LoRA adapters under bf16 autocast save a bf16 copy of their input each") {
+  // PEFT casts the input to the adapters' fp32, autocast casts that to bf16 for lora_A, which
+  // saves it: 2 B per element of its input for each adapter (hf-peft: PEFT's fp32 cast, 4 B), and
+  // lora_A's output in bf16 (hf-peft: fp32).
+  const detail::SavedTensors trainer = detail::layer_saved_tensors<HfTrainer>(small, lora_qv);
+  const detail::SavedTensors plain = detail::layer_saved_tensors<HfPeft>(small, lora_qv);
+  CHECK(plain.total() - trainer.total() == 2 * (4 * 64 - 2 * 64) + 2 * (4 * 4 - 2 * 4));
+  // The cached bf16 copies of the fp32 adapters live from the forward to the backward.
+  const PhaseBytes p = ParameterTerm<HfTrainer>{}(small, lora_qv);
+  const PhaseBytes q = ParameterTerm<HfPeft>{}(small, lora_qv);
+  CHECK(p[Phase::forward].count() - q[Phase::forward].count() == 2 * adapter_params_qv);
+}
+
+TEST_CASE("hf-trainer: fp32 weights under bf16 autocast (mixed precision), full fine-tuning") {
+  Step s = lora_qv;
+  s.mode = Mode::full;
+  s.weights = Precision::fp32;
+  s.optimizer = Optimizer::adamw_fused;
+  const std::uint64_t weights = 4 * all_params, grads = weights, moments = 2 * weights;
+  const std::uint64_t steps = 4 * (3 * 9 + 3);  // a 4-byte step per tensor: 9 per layer, embedding, lm_head, norm
+  // Autocast's bf16 copies of the projections (43008 elements per layer) and of lm_head (1000 x 64).
+  const std::uint64_t layer_copy = 2 * (layer_params - 2 * 64), head_copy = 2 * embedding_params;
+  const std::uint64_t top_grads = 4 * (embedding_params + 64) + 4 * layer_params;
+  // clip_grad_norm_: a 4-byte norm per tensor and their stack, with the grad scaler's four.
+  const std::uint64_t scratch = 4 * 2 * (3 * 9 + 3 + 4);
+  const std::uint64_t persistent = weights + moments + steps;
+  SUBCASE("without checkpointing every matmul saves its copy until its backward") {
+    check_phases(ParameterTerm<HfTrainer>{}(small, s), persistent + 3 * layer_copy + head_copy,
+                 persistent + 3 * layer_copy + head_copy, persistent + top_grads + 3 * layer_copy,
+                 persistent + grads + layer_copy, weights + grads + moments + steps + scratch);
+  }
+  SUBCASE("with checkpointing the cache holds them through the forward, the backward one layer's") {
+    s.gradient_checkpointing = true;
+    check_phases(ParameterTerm<HfTrainer>{}(small, s), persistent + 3 * layer_copy + head_copy,
+                 persistent + head_copy, persistent + top_grads + layer_copy, persistent + grads + layer_copy,
+                 weights + grads + moments + steps + scratch);
+  }
+  SUBCASE("activations: the residual stream and the checkpointed inputs in fp32") {
+    s.gradient_checkpointing = true;
+    Step bf16 = s;
+    bf16.weights.reset();
+    const PhaseBytes mixed = ActivationTerm<HfTrainer>{}(small, s), plain = ActivationTerm<HfTrainer>{}(small, bf16);
+    // Each of the 3 checkpointed layer inputs: 4 B per element of h instead of 2; cos and sin (8 x 16) fp32.
+    const std::uint64_t wider = 3 * (4 - 2) * 64 * T + 2 * (4 - 2) * 8 * 16;
+    // The final norm's pre-weight copy is fp32 too (lm_head trains).
+    CHECK(mixed[Phase::forward].count() - plain[Phase::forward].count() == wider + (4 - 2) * 64 * T);
+  }
+}
+
+TEST_CASE("hf-trainer: gradient accumulation keeps the grads through the next micro-batch's forward") {
+  Step s = lora_qv;
+  s.grad_accum = 4;
+  const std::uint64_t adapters = 4 * adapter_params_qv;
+  const PhaseBytes accumulating = ParameterTerm<HfTrainer>{}(small, s), one = ParameterTerm<HfTrainer>{}(small, lora_qv);
+  CHECK(accumulating[Phase::forward].count() - one[Phase::forward].count() == adapters);
+  CHECK(accumulating[Phase::loss_backward].count() - one[Phase::loss_backward].count() == adapters);
+  // In the backward a new grad, the largest tensor's (A_q 4 x 64, fp32), waits to be added in place.
+  CHECK(accumulating[Phase::backward_top].count() - one[Phase::backward_top].count() == adapters + 4 * 4 * 64);
+  CHECK(accumulating[Phase::backward_bottom].count() - one[Phase::backward_bottom].count() == 4 * 4 * 64);
+  CHECK(accumulating[Phase::optimizer_step] == one[Phase::optimizer_step]);
+  // The other three micro-batches' int64 ids and labels are on the GPU for the whole step.
+  const PhaseBytes a = ActivationTerm<HfTrainer>{}(small, s), b = ActivationTerm<HfTrainer>{}(small, lora_qv);
+  CHECK(a[Phase::forward].count() - b[Phase::forward].count() == 3 * 2 * 8 * T);
 }
 
 TEST_CASE("ActivationTerm: LoRA under libtorch, without casts") {

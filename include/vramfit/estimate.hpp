@@ -37,21 +37,23 @@
 
 namespace vramfit {
 
-/// The software stack a step runs on: HF transformers + PEFT in a plain loop (`hf_peft`), or the
-/// Probe's LibTorch reference step (`libtorch`).
-enum class Stack : std::uint8_t { hf_peft, libtorch };
+/// The software stack a step runs on: HF transformers + PEFT in a plain loop (`hf_peft`), the
+/// Probe's LibTorch reference step (`libtorch`), or `transformers.Trainer` + PEFT (`hf_trainer`:
+/// autocast, the Trainer's optimizers, gradient accumulation, mixed precision).
+enum class Stack : std::uint8_t { hf_peft, libtorch, hf_trainer };
 
 /// How the peak was obtained: the recorded step program through the allocator model, or the
 /// closed-form terms alone (no program was recorded for this kind of step).
 enum class Method : std::uint8_t { allocator_simulation, closed_form };
 
-VRAMFIT_ENUM_NAMES(Stack, "stack", {Stack::hf_peft, "hf-peft"}, {Stack::libtorch, "libtorch"});
+VRAMFIT_ENUM_NAMES(Stack, "stack", {Stack::hf_peft, "hf-peft"}, {Stack::hf_trainer, "hf-trainer"},
+                   {Stack::libtorch, "libtorch"});
 VRAMFIT_ENUM_NAMES(Method, "method",
                    {Method::allocator_simulation, "allocator simulation"}, {Method::closed_form, "closed form"});
 
 constexpr std::string_view to_string(Stack s) { return detail::enum_name(s); }
 constexpr std::string_view to_string(Method m) { return detail::enum_name(m); }
-/// The stack named `text` ("hf-peft", "libtorch"); `InvalidInput` naming `field` otherwise.
+/// The stack named `text` ("hf-peft", "hf-trainer", "libtorch"); `InvalidInput` naming `field` otherwise.
 inline Stack parse_stack(std::string_view text, std::string_view field = "stack") {
   return detail::parse_enum<Stack>(text, field);
 }
@@ -211,7 +213,32 @@ inline BudgetVerdict to_verdict(const PlacementVerdict& v, Bytes budget) {
 template <class F>
 decltype(auto) visit_stack(Stack s, F&& f) {
   if (s == Stack::libtorch) return f(StackDefinition<profiles::LibTorch>{});
+  if (s == Stack::hf_trainer) return f(StackDefinition<profiles::HfTrainer>{});
   return f(StackDefinition<profiles::HfPeft>{});
+}
+
+/// Throws `InvalidInput` for a step the stack does not run: gradient accumulation and mixed
+/// precision are the Trainer's (hf-trainer), which runs on one GPU here; the LibTorch reference
+/// step runs its own AdamW and no dropout.
+inline void validate_for_stack(const Step& s, Stack stack) {
+  if (stack != Stack::hf_trainer) {
+    if (s.grad_accum != 1)
+      throw InvalidInput("grad accum", fmt::format("gradient accumulation is modelled for the Trainer's step "
+                                                   "(stack hf-trainer), not {}", to_string(stack)));
+    if (s.mixed_precision())
+      throw InvalidInput("weights", fmt::format("fp32 weights under autocast are the Trainer's mixed precision "
+                                                "(stack hf-trainer); {} runs weights in the step's precision",
+                                                to_string(stack)));
+  } else if (!s.single_gpu()) {
+    throw InvalidInput("world size", "the hf-trainer stack is modelled on one GPU (world size 1, no sharding); "
+                                     "hf-peft models several ranks");
+  }
+  if (stack == Stack::libtorch) {
+    if (s.lora_dropout())
+      throw InvalidInput("lora dropout", "the libtorch stack's step (the Probe's reference step) runs no dropout");
+    if (s.optimizer != Optimizer::adamw)
+      throw InvalidInput("optim", "the libtorch stack's step (the Probe's reference step) runs torch::optim::AdamW only");
+  }
 }
 
 /// The recorded program an estimate of this step simulates, from the context's programs or the
@@ -228,6 +255,9 @@ inline ProgramChoice choose_program(const ModelShape& m, const Step& s, Stack st
       throw InvalidInput("programs", fmt::format("{} holds step programs of {}; the estimate is of {}",
                                                  c.programs->source, c.programs->stack, to_string(stack)));
     out.set = c.programs.get();
+  } else if (stack == Stack::hf_trainer) {
+    why = "no step program of the Trainer's step is recorded yet; the closed form bounds it";
+    return out;
   } else {
     const BuiltinPrograms& builtin = builtin_programs(to_string(stack));
     out.set = builtin.set.get();
@@ -265,6 +295,7 @@ namespace detail {
 /// search needs of most values it tries. `known`: the verdict an earlier call gave these inputs.
 inline Estimate estimate_run(const ModelShape& model, const Step& step, Stack stack, const RunContext& context,
                              bool peaks, const BudgetVerdict* known = nullptr) {
+  validate_for_stack(step, stack);
   return detail::visit_stack(stack, [&](auto def) {
     using Definition = decltype(def);
     const typename Definition::predictor predictor;

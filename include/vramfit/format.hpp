@@ -66,10 +66,18 @@ inline std::string describe(const ModelShape& m) {
 /// over 8 ranks, per rank".
 inline std::string describe_setup(const Step& s) {
   std::string out(to_string(s.precision));
+  if (s.mixed_precision()) out = fmt::format("{} weights under {} autocast", to_string(s.weight_precision()), out);
   out += s.mode == Mode::full ? std::string(", full fine-tuning")
                               : fmt::format(", LoRA r={} on {}", s.lora.rank, to_string(s.lora.targets));
   if (s.lora_dropout()) out += fmt::format(" with dropout {:g}", s.lora.dropout);
-  if (s.optimizer != Optimizer::adamw) out += s.optimizer == Optimizer::sgd ? ", SGD" : ", SGD with momentum";
+  switch (s.optimizer) {
+    case Optimizer::adamw: break;
+    case Optimizer::adamw_fused: out += ", fused AdamW"; break;
+    case Optimizer::adafactor: out += ", Adafactor"; break;
+    case Optimizer::sgd_momentum: out += ", SGD with momentum"; break;
+    case Optimizer::sgd: out += ", SGD"; break;
+  }
+  if (s.grad_accum > 1) out += fmt::format(", {} micro-batches per step", s.grad_accum);
   if (s.gradient_checkpointing) out += ", gradient checkpointing";
   out += fmt::format(", {} attention", to_string(s.attention));
   if (s.logits_retained) out += ", logits retained through backward";

@@ -10,7 +10,8 @@
 /// - ModelShape: vocab, hidden, intermediate, layers, heads, kv_heads, head_dim (0 or absent:
 ///   hidden / heads), tied_embeddings, qkv_bias, gated_mlp (booleans, absent: false, false, true).
 /// - Step: batch, seq, precision, mode, lora_rank and lora_targets (an array of projection names;
-///   only in LoRA mode), gradient_checkpointing, attention, logits_retained, peak_over
+///   only in LoRA mode; lora_dropout), gradient_checkpointing, attention, logits_retained, optim,
+///   grad_accum, weights (the weights' dtype; hf-trainer's mixed precision where it is not the precision), peak_over
 ///   ("first"/"steady"), world_size, sharding ("none", ..., "hybrid:K"). Absent (or null) keys take
 ///   `Step{}`'s values, except batch and seq, which are required.
 /// - PhaseBytes: {phase key: bytes} for the five phases.
@@ -114,6 +115,8 @@ void to_json(Json& j, const Step& s) {
   j["attention"] = to_string(s.attention);
   j["logits_retained"] = s.logits_retained;
   j["optim"] = to_string(s.optimizer);
+  j["grad_accum"] = s.grad_accum;
+  j["weights"] = to_string(s.weight_precision());
   j["peak_over"] = to_string(s.peak_over);
   j["world_size"] = s.world_size;
   j["sharding"] = sharding_name(s);
@@ -150,6 +153,12 @@ inline void from_json(const nlohmann::json& j, Step& s) {
   // Rows written before "optim" existed ran AdamW (the harness's top-level "optimizer" is its
   // settings object, not this).
   if (detail::json_has(j, "optim")) s.optimizer = parse_optimizer(detail::json_string(j, "optim"), "optim");
+  if (detail::json_has(j, "grad_accum")) s.grad_accum = detail::json_count(j, "grad_accum");
+  // The weights' dtype; rows from before it existed, and rows naming the precision, are unmixed.
+  if (detail::json_has(j, "weights")) {
+    const Precision w = parse_precision(detail::json_string(j, "weights"), "weights");
+    if (w != s.precision) s.weights = w;
+  }
   if (detail::json_has(j, "peak_over")) s.peak_over = parse_peak_over(detail::json_string(j, "peak_over"), "peak_over");
   if (detail::json_has(j, "world_size")) s.world_size = detail::json_count(j, "world_size");
   if (detail::json_has(j, "sharding")) {

@@ -37,6 +37,13 @@ struct StackFigures {
   /// A cuBLASLt workspace the autograd thread may take on top (measured with q/k/v bias and
   /// checkpointing), kept by the process for the steps after
   std::uint64_t autograd_workspace_bytes = 0;
+  /// The forward runs under torch.autocast at the step's precision (the Trainer's bf16/fp16), its
+  /// outputs converted to fp32 (accelerate); the terms then follow autocast's casts
+  /// (tests/validation/README.md#hf-trainer).
+  bool autocast = false;
+  /// The grads are clipped by norm before the optimizer (the Trainer's max_grad_norm = 1.0):
+  /// `clip_grad_norm_`'s foreach norms, a 0-d tensor per trainable tensor, and their stack.
+  bool clips_grad_norm = false;
 };
 
 /// A stack profile: a static `name` (as `--stack` takes it) and its static `figures`.
@@ -78,7 +85,25 @@ struct LibTorch {
                                         .workspace_bytes = 64ULL << 20};
 };
 
+/**
+ * transformers.Trainer + PEFT as users run it: the hf-peft model code, under accelerate's autocast
+ * at the step's precision (bf16/fp16; fp32: none), with the Trainer's optimizers (default
+ * `adamw_torch_fused`), gradient accumulation and fp32 weights (mixed precision). The closed form
+ * bounds it; no step program is recorded yet. Checked against tests/data/trainer_steps_h100.jsonl.
+ */
+struct HfTrainer {
+  static constexpr std::string_view name = "hf-trainer";
+  static constexpr std::string_view recorded_gpu = "NVIDIA H100 80GB HBM3";
+  static constexpr std::string_view recorded_software =
+      "torch 2.11.0+cu130, transformers 5.17.0, peft 0.21.0, accelerate 1.15.0";
+  static constexpr StackFigures figures{.norm = NormSaves::fp32_upcast, .adapter_bytes = 4, .loss_upcast = true,
+                                        .adamw = AdamWTemporaries::foreach_group, .token_buffer_bytes = 4 * 8,
+                                        .workspace_bytes = 65ULL << 20, .autograd_workspace_bytes = 1ULL << 20,
+                                        .autocast = true, .clips_grad_norm = true};
+};
+
 static_assert(StackProfile<HfPeft>);
+static_assert(StackProfile<HfTrainer>);
 static_assert(StackProfile<LibTorch>);
 
 }  // namespace profiles

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -38,14 +39,17 @@ enum class PeakOver : std::uint8_t { first_step, steady };
 enum class Sharding : std::uint8_t { none, zero1, zero2, full, hybrid };
 /**
  * The optimizer the loop steps with (learning rate and betas do not change memory):
- * - `adamw`: AdamW, two moments per trainable parameter (hf-peft: torch.optim.AdamW, foreach, the
- *   CUDA default; the Trainer's adamw_torch. libtorch: torch::optim::AdamW).
+ * - `adamw`: AdamW, two moments per trainable parameter, foreach (hf-peft: torch.optim.AdamW, the
+ *   CUDA default; the Trainer's `adamw_torch`. libtorch: torch::optim::AdamW, per tensor).
+ * - `adamw_fused`: torch.optim.AdamW(fused=True), the Trainer's default `adamw_torch_fused`: the
+ *   same moments, updated in place by one kernel, and a 4-byte step count per tensor on the GPU.
+ * - `adafactor`: transformers' Adafactor as the Trainer builds it (`optim="adafactor"`: no first
+ *   moment, factored second moments: a row and a column vector per matrix, fp32).
  * - `sgd_momentum`: torch.optim.SGD with momentum > 0, one buffer per trainable parameter.
- * - `sgd`: torch.optim.SGD without momentum, no state.
- * The closed form counts AdamW's state and temporaries for each: an upper bound for SGD's (one
- * buffer or none; foreach SGD updates in place). Recorded programs of an SGD kind are exact.
+ * - `sgd`: torch.optim.SGD without momentum (the Trainer's `sgd`), no state.
+ * Sources and the closed form's figures: tests/validation/README.md#optimizers
  */
-enum class Optimizer : std::uint8_t { adamw, sgd_momentum, sgd };
+enum class Optimizer : std::uint8_t { adamw, sgd_momentum, sgd, adamw_fused, adafactor };
 
 constexpr std::uint64_t element_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
 
@@ -55,7 +59,8 @@ VRAMFIT_ENUM_NAMES(Mode, "mode", {Mode::lora, "lora"}, {Mode::full, "full"});
 VRAMFIT_ENUM_NAMES(Attention, "attention backend",
                    {Attention::flash, "flash"}, {Attention::mem_efficient, "mem-efficient"},
                    {Attention::math, "math"});
-VRAMFIT_ENUM_NAMES(Optimizer, "optimizer", {Optimizer::adamw, "adamw"}, {Optimizer::sgd_momentum, "sgd-momentum"},
+VRAMFIT_ENUM_NAMES(Optimizer, "optimizer", {Optimizer::adamw, "adamw"}, {Optimizer::adamw_fused, "adamw-fused"},
+                   {Optimizer::adafactor, "adafactor"}, {Optimizer::sgd_momentum, "sgd-momentum"},
                    {Optimizer::sgd, "sgd"});
 VRAMFIT_ENUM_NAMES(PeakOver, "phase", {PeakOver::first_step, "first"}, {PeakOver::steady, "steady"});
 /// The strategy's word ("hybrid" without its group size; `sharding_name` adds it).
@@ -111,6 +116,12 @@ struct Step {
   Attention attention = Attention::flash;
   bool logits_retained = false;  ///< the caller keeps the model output (and its logits) through backward
   Optimizer optimizer = Optimizer::adamw;
+  /// Micro-batches per optimizer step (the Trainer's `gradient_accumulation_steps`; hf-trainer
+  /// only): from the second on, every grad of the earlier ones is live through the forward.
+  std::uint64_t grad_accum = 1;
+  /// The weights' storage dtype where it differs from `precision` (hf-trainer: fp32 weights under
+  /// autocast to `precision`, mixed precision); unset: `precision`.
+  std::optional<Precision> weights{};
   PeakOver peak_over = PeakOver::steady;
   std::uint64_t world_size = 1;        ///< data-parallel ranks; `batch` is each rank's micro-batch
   Sharding sharding = Sharding::none;  ///< how the state is laid out over the ranks
@@ -122,6 +133,10 @@ struct Step {
   [[nodiscard]] constexpr bool adapted(Module m) const { return mode == Mode::lora && lora.targets.has(m); }
   /// Whether LoRA dropout is on (above 0): the adapters then save a mask and their own input copy.
   [[nodiscard]] constexpr bool lora_dropout() const { return mode == Mode::lora && lora.dropout > 0; }
+  /// The weights' storage dtype.
+  [[nodiscard]] constexpr Precision weight_precision() const { return weights.value_or(precision); }
+  /// Whether the weights are stored wider than the activations run (fp32 weights under autocast).
+  [[nodiscard]] constexpr bool mixed_precision() const { return weight_precision() != precision; }
   /// Whether this is one process on one GPU: a single rank with nothing sharded.
   [[nodiscard]] constexpr bool single_gpu() const { return world_size == 1 && sharding == Sharding::none; }
   /// How many ranks share the sharded state: world_size for zero1, zero2 and full, the group
@@ -173,6 +188,11 @@ constexpr void validate(const Step& step, const ModelShape& model) {
     if (!(step.lora.dropout >= 0 && step.lora.dropout < 1))  // NaN too
       throw InvalidInput("lora dropout", "must be at least 0 and below 1 (a probability)");
   }
+  detail::require_range("grad accum", step.grad_accum, 1, 65536);
+  if (step.mixed_precision() && !(step.weight_precision() == Precision::fp32 && step.precision != Precision::fp32))
+    throw InvalidInput("weights", "mixed precision keeps fp32 weights under bf16 or fp16 autocast; got " +
+                                      std::string(to_string(step.weight_precision())) + " weights with " +
+                                      std::string(to_string(step.precision)) + " compute");
   detail::require_range("world size", step.world_size, 1, 65536);
   if (step.sharding == Sharding::hybrid) {
     if (step.shard_group == 0)
@@ -202,7 +222,11 @@ constexpr Attention parse_attention(std::string_view s, std::string_view field =
   if (detail::iequals(s, "mem_efficient") || detail::iequals(s, "efficient")) return Attention::mem_efficient;
   return detail::parse_enum<Attention>(s, field);
 }
+/// Also reads the Trainer's `optim` names: adamw_torch_fused, adamw_torch, adafactor, sgd.
 constexpr Optimizer parse_optimizer(std::string_view s, std::string_view field = "--optim") {
+  if (detail::iequals(s, "adamw_torch_fused") || detail::iequals(s, "adamw_fused")) return Optimizer::adamw_fused;
+  if (detail::iequals(s, "adamw_torch")) return Optimizer::adamw;
+  if (detail::iequals(s, "sgd_momentum")) return Optimizer::sgd_momentum;
   return detail::parse_enum<Optimizer>(s, field);
 }
 constexpr PeakOver parse_peak_over(std::string_view s, std::string_view field = "--phase") {

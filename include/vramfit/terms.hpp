@@ -34,13 +34,33 @@ constexpr std::uint64_t adapter_element_bytes(const Step& s) {
   return P::figures.adapter_bytes != 0 ? P::figures.adapter_bytes : element_bytes(s.precision);
 }
 
+/// Bytes per weight element: the weights' storage dtype (`Step::weight_precision`).
+constexpr std::uint64_t weight_bytes(const Step& s) { return element_bytes(s.weight_precision()); }
+
+/// Whether the forward runs under autocast: a profile that autocasts, at bf16 or fp16.
+template <StackProfile P>
+constexpr bool autocasts(const Step& s) {
+  return P::figures.autocast && s.precision != Precision::fp32;
+}
+
+/// Bytes per element of the residual stream (embedding output, RMSNorms, residual adds): the
+/// weights' dtype, which autocast leaves alone (fp32 under mixed precision), else the precision.
+constexpr std::uint64_t residual_bytes(const Step& s) { return weight_bytes(s); }
+
+/// Whether autocast casts each projection's input on its own: the residual stream is wider than
+/// the compute dtype (fp32 weights under autocast), and autocast's cache keeps only leaf casts.
+template <StackProfile P>
+constexpr bool casts_each_input(const Step& s) {
+  return autocasts<P>(s) && residual_bytes(s) != element_bytes(s.precision);
+}
+
 /// Per-token bytes that one RMSNorm saves for backward.
 template <StackProfile P>
 constexpr std::uint64_t norm_saved_per_token(const ModelShape& m, const Step& s) {
   const std::uint64_t e = element_bytes(s.precision);
   if constexpr (P::figures.norm == NormSaves::fp32_upcast) {
-    // fp32 copy and rsqrt; the pre-weight copy when the weight trains.
-    return 4 * m.hidden + 4 + (s.mode == Mode::full ? e * m.hidden : 0);
+    // fp32 copy and rsqrt; the pre-weight copy (in the residual's dtype) when the weight trains.
+    return 4 * m.hidden + 4 + (s.mode == Mode::full ? residual_bytes(s) * m.hidden : 0);
   } else {
     return e * m.hidden + 4;  // input + fp32 inverse RMS
   }
@@ -52,12 +72,14 @@ struct InputGroup {
   int count;
   std::uint64_t width;  // d_in
   bool saved_elsewhere; // the input is already saved by another op (SDPA saves its output)
+  bool residual;        // the input is a normed residual (its dtype), not a compute-dtype output
 };
 
 /// The tensors one decoder layer saves for backward, each as bytes per token.
 struct SavedTensors {
   // At most 6 (norms) + 5 (attention) + 3 (MLP) + 21 (adapters on all seven projections, with
-  // dropout: input copy, mask, lora_A's output) = 35 tensors.
+  // dropout: input copy, mask, lora_A's output) = 35 tensors; full fine-tuning has no adapters and
+  // at most 6 projection inputs (one per projection under mixed precision).
   std::uint64_t per_token[40];  // only [0, count) is ever read
   std::size_t count = 0;
   constexpr void add(std::uint64_t bytes) { per_token[count++] = bytes; }
@@ -73,20 +95,24 @@ struct SavedTensors {
  * sets, SDPA's q, k, v, output and log-sum-exp, the MLP's gate/SiLU/up outputs, and each
  * projection input a trainable weight or an adapter keeps (a per-module fp32 copy under PEFT),
  * plus lora_A's outputs; with LoRA dropout, each adapter's dropped copy of its input and the
- * dropout's one-byte mask. Derivation: tests/validation/README.md#activations
+ * dropout's one-byte mask. Under autocast a trainable projection or an adapter saves autocast's
+ * compute-dtype cast of its input, one per projection where the residual is wider (mixed
+ * precision). Derivation: tests/validation/README.md#activations and #hf-trainer
  */
 template <StackProfile P>
 constexpr SavedTensors layer_saved_tensors(const ModelShape& m, const Step& s) {
   const std::uint64_t e = element_bytes(s.precision);
   const std::uint64_t a = adapter_element_bytes<P>(s);
   const bool casts = a != e;
+  const bool autocast = autocasts<P>(s);
+  const bool each_input = casts_each_input<P>(s);
   const bool full = s.mode == Mode::full;
   SavedTensors t;
   for (int norm = 0; norm < 2; ++norm) {
     if constexpr (P::figures.norm == NormSaves::fp32_upcast) {
       t.add(4 * m.hidden);
       t.add(4);
-      if (full) t.add(e * m.hidden);
+      if (full) t.add(residual_bytes(s) * m.hidden);
     } else {
       t.add(e * m.hidden);
       t.add(4);
@@ -100,20 +126,30 @@ constexpr SavedTensors layer_saved_tensors(const ModelShape& m, const Step& s) {
   for (int k = 0; k < (m.gated_mlp ? 3 : 1); ++k) t.add(e * m.intermediate);
 
   const InputGroup groups[] = {
-      {{Module::q_proj, Module::k_proj, Module::v_proj}, 3, m.hidden, false},
-      {{Module::o_proj}, 1, m.q_width(), true},
-      {{Module::gate_proj, Module::up_proj}, 2, m.hidden, false},
-      {{Module::down_proj}, 1, m.intermediate, false},
+      {{Module::q_proj, Module::k_proj, Module::v_proj}, 3, m.hidden, false, true},
+      {{Module::o_proj}, 1, m.q_width(), true, false},
+      {{Module::gate_proj, Module::up_proj}, 2, m.hidden, false, true},
+      {{Module::down_proj}, 1, m.intermediate, false, false},
   };
   for (const auto& g : groups) {
     bool input_saved = g.saved_elsewhere;
     if (full && !input_saved) {
-      t.add(e * g.width);
+      // Mixed precision: autocast casts the fp32 normed input once per projection.
+      for (int k = 0; k < (each_input && g.residual ? g.count : 1); ++k)
+        if (k == 0 || m.has(g.modules[k])) t.add(e * g.width);
       input_saved = true;
     }
     for (int k = 0; k < g.count; ++k) {
       const Module mod = g.modules[k];
       if (!m.has(mod) || !s.adapted(mod)) continue;
+      if (autocast) {
+        // PEFT casts the input to the adapter's fp32, autocast casts that to the compute dtype for
+        // lora_A, which saves it: a copy per adapter (dropout: its mask too), and lora_A's output.
+        t.add(e * g.width);
+        if (s.lora_dropout()) t.add(g.width);
+        t.add(e * s.lora.rank);
+        continue;
+      }
       if (s.lora_dropout()) {
         // PEFT's lora.Linear: lora_A(dropout(x)). lora_A saves the dropped copy (its own, in the
         // adapter's dtype), nn.Dropout its bool mask (native_dropout's backward reads only that).
@@ -138,6 +174,58 @@ constexpr std::uint64_t layer_saved_per_token(const ModelShape& m, const Step& s
 }
 
 /**
+ * The transients of one decoder layer's backward under autocast, per token (each a tensor, so the
+ * slack bound can count them): the residual's two grads, the larger of the MLP's and attention's
+ * sets as without autocast, plus what the casts add. Mixed precision: each cast input's grad
+ * converted to the residual's dtype and its sum (2 r h), and attention's q and k grads through the
+ * fp32 rotary product (r (q + kv), twice). Adapters: lora_A's input grad in the compute dtype and
+ * its fp32 conversion at the widest adapted input; with dropout a second adapter-dtype copy.
+ */
+struct TransientTensors {
+  std::uint64_t per_token[24];  // at most 2 + 11 (attention) + 2 + 3 = 18; only [0, count) is read
+  std::size_t count = 0;
+  constexpr void add(std::uint64_t bytes, std::uint64_t n = 1) {
+    for (std::uint64_t k = 0; k < n; ++k) per_token[count++] = bytes;
+  }
+  [[nodiscard]] constexpr std::uint64_t total() const {
+    std::uint64_t n = 0;
+    for (std::size_t k = 0; k < count; ++k) n += per_token[k];
+    return n;
+  }
+};
+constexpr TransientTensors autocast_backward_transients(const ModelShape& m, const Step& s, std::uint64_t a) {
+  const std::uint64_t e = element_bytes(s.precision);
+  const std::uint64_t r = residual_bytes(s);
+  TransientTensors mlp, attention, out;
+  mlp.add(e * m.intermediate, m.gated_mlp ? 3 : 2);
+  attention.add(e * m.q_width());
+  attention.add(e * m.kv_width(), 2);
+  attention.add(4 * m.q_width());
+  attention.add(4 * m.heads);
+  if (m.kv_heads != m.heads) attention.add(e * m.q_width(), 2);
+  if (r != e) {
+    attention.add(r * m.q_width(), 2);
+    attention.add(r * m.kv_width(), 2);
+  }
+  out.add(r * m.hidden, 2);
+  const TransientTensors& larger = mlp.total() > attention.total() ? mlp : attention;
+  for (std::size_t k = 0; k < larger.count; ++k) out.add(larger.per_token[k]);
+  if (r != e) out.add(r * m.hidden, 2);
+  std::uint64_t widest = 0;
+  for (Module mod : all_modules)
+    if (m.has(mod) && s.adapted(mod)) widest = std::max(widest, m.dims(mod).in);
+  if (widest != 0) {
+    out.add(e * widest);
+    out.add(a * widest);
+    if (s.lora_dropout()) out.add(a * widest);
+  }
+  return out;
+}
+constexpr std::uint64_t autocast_backward_transient_per_token(const ModelShape& m, const Step& s, std::uint64_t a) {
+  return autocast_backward_transients(m, s, a).total();
+}
+
+/**
  * Per-token bytes of the transients of one decoder layer's backward, on top of its saved
  * tensors: the hidden state's two grads (2 e h) and the larger of the MLP's grads and flash
  * attention's dq/dk/dv with their fp32 accumulators.
@@ -146,6 +234,7 @@ template <StackProfile P>
 constexpr std::uint64_t layer_backward_transient_per_token(const ModelShape& m, const Step& s) {
   const std::uint64_t e = element_bytes(s.precision);
   const std::uint64_t a = adapter_element_bytes<P>(s);
+  if (autocasts<P>(s)) return autocast_backward_transient_per_token(m, s, a);
   std::uint64_t mlp = (m.gated_mlp ? 3 : 2) * e * m.intermediate;
   if (s.adapted(Module::down_proj) && a != e) mlp += (a + e) * m.intermediate;
   std::uint64_t attention = e * (m.q_width() + 2 * m.kv_width()) + 4 * m.q_width() + 4 * m.heads;
@@ -217,6 +306,131 @@ constexpr Bytes score_elements(const ModelShape& m, const Step& s) {
   return bytes_of(1, {s.batch, m.heads, s.seq, s.seq});
 }
 
+/// The token buffers of a step on the GPU: the profile's per token (ids, labels and their copies),
+/// and with gradient accumulation every other micro-batch's int64 ids and labels, which the
+/// Trainer fetches for the whole step before its first micro-batch (`get_batch_samples`).
+template <StackProfile P>
+constexpr Bytes token_buffers(const Step& s) {
+  return bytes_of(P::figures.token_buffer_bytes, {s.tokens()}) + bytes_of(2 * 8, {s.tokens(), s.grad_accum - 1});
+}
+
+
+/// The trainable tensors of a step, as the optimizers size their state and temporaries.
+struct TrainableTensors {
+  std::uint64_t count = 0;    ///< tensors
+  std::uint64_t largest = 0;  ///< elements of the largest
+  /// Adafactor's second-moment elements: a row and a column vector per matrix, the whole of a vector.
+  std::uint64_t factored = 0;
+};
+constexpr TrainableTensors trainable_tensors(const ModelShape& m, const Step& s) {
+  TrainableTensors t;
+  std::uint64_t layer_count = 0, layer_factored = 0;
+  const auto matrix = [&](std::uint64_t rows, std::uint64_t cols, std::uint64_t& count, std::uint64_t& factored) {
+    ++count;
+    factored = checked_add(factored, checked_add(rows, cols));
+    t.largest = std::max(t.largest, checked_mul(rows, cols));
+  };
+  const auto vector = [&](std::uint64_t n, std::uint64_t& count, std::uint64_t& factored) {
+    ++count;
+    factored = checked_add(factored, n);
+    t.largest = std::max(t.largest, n);
+  };
+  if (s.mode == Mode::full) {
+    for (Module mod : all_modules)
+      if (m.has(mod)) matrix(m.dims(mod).out, m.dims(mod).in, layer_count, layer_factored);
+    if (m.qkv_bias) {
+      vector(m.q_width(), layer_count, layer_factored);
+      vector(m.kv_width(), layer_count, layer_factored);
+      vector(m.kv_width(), layer_count, layer_factored);
+    }
+    vector(m.hidden, layer_count, layer_factored);
+    vector(m.hidden, layer_count, layer_factored);
+    for (int k = 0; k < (m.tied_embeddings ? 1 : 2); ++k) matrix(m.vocab, m.hidden, t.count, t.factored);
+    vector(m.hidden, t.count, t.factored);
+  } else {
+    for (Module mod : all_modules)
+      if (m.has(mod) && s.adapted(mod)) {
+        matrix(s.lora.rank, m.dims(mod).in, layer_count, layer_factored);
+        matrix(m.dims(mod).out, s.lora.rank, layer_count, layer_factored);
+      }
+  }
+  t.count = checked_add(t.count, checked_mul(layer_count, m.layers));
+  t.factored = checked_add(t.factored, checked_mul(layer_factored, m.layers));
+  return t;
+}
+
+/// What an optimizer keeps from its first step on (`state`) and adds during its update.
+struct OptimizerBytes {
+  Bytes state;
+  Bytes temporaries;
+};
+/**
+ * The optimizer's state and temporaries, for `trainable` bytes of `g` bytes per element:
+ * - AdamW: two moments in the parameter's dtype; foreach: temporaries the size of the trainable
+ *   parameters (`exp_avg_sq.sqrt()` and the update, per group), per tensor: two of the largest;
+ *   fused: none (one in-place kernel) but a 4-byte step count per tensor on the GPU.
+ * - Adafactor (transformers' `Adafactor`, no first moment): fp32 row and column means per
+ *   matrix (the whole square for a vector); tensor by tensor an fp32 copy of the grad and of the
+ *   weight where they are narrower, then two fp32 tensors of its size at once (`grad**2` and
+ *   `+ eps`; the old and the new `update` at `_approx_sq_grad`; `update` and `-update`): four
+ *   fp32 tensors of the largest, two for fp32 weights.
+ * - SGD: the momentum buffer or none; foreach with weight decay adds the grads' size (`_foreach_add`).
+ * Sources: tests/validation/README.md#optimizers
+ */
+template <StackProfile P>
+constexpr OptimizerBytes optimizer_bytes(const Step& s, const TrainableTensors& t, std::uint64_t g, Bytes trainable) {
+  switch (s.optimizer) {
+    case Optimizer::adamw:
+      return {trainable * 2, P::figures.adamw == AdamWTemporaries::foreach_group ? trainable : bytes_of(g, {t.largest, 2})};
+    case Optimizer::adamw_fused: return {trainable * 2 + bytes_of(4, {t.count}), Bytes{}};
+    case Optimizer::adafactor: return {bytes_of(4, {t.factored}), bytes_of(g == 4 ? 8 : 16, {t.largest})};
+    case Optimizer::sgd_momentum: return {trainable, trainable};
+    case Optimizer::sgd: return {Bytes{}, trainable};
+  }
+  return {};
+}
+
+/// Autocast's copies of fp32 weights in the compute dtype, live at each phase before the
+/// optimizer (mixed precision): trainable leaves are cast once and cached for the forward
+/// (`cached_cast`), frozen ones at each call; either way a matmul that needs the weight for its
+/// input's grad saves the copy until its backward. Checkpointing saves none in the forward but
+/// lm_head's (not checkpointed) and keeps the one layer it recomputes. fp32 adapters' copies are
+/// cached likewise under any autocast.
+struct AutocastCopies {
+  Bytes forward, loss_backward, backward_top, backward_bottom;
+};
+template <StackProfile P>
+constexpr AutocastCopies autocast_copies(const ModelShape& m, const Step& s) {
+  AutocastCopies out;
+  if (!autocasts<P>(s)) return out;
+  const std::uint64_t e = element_bytes(s.precision);
+  if (s.mode == Mode::lora && adapter_element_bytes<P>(s) != e) {
+    std::uint64_t n = 0;
+    for (Module mod : all_modules)
+      if (m.has(mod) && s.adapted(mod)) n = checked_add(n, checked_mul(s.lora.rank, m.dims(mod).in + m.dims(mod).out));
+    const Bytes adapters = bytes_of(e, {n, m.layers});
+    out = {adapters, adapters, adapters, adapters};
+  }
+  if (weight_bytes(s) == e) return out;
+  std::uint64_t layer = 0, largest = 0;
+  for (Module mod : all_modules)
+    if (m.has(mod)) {
+      layer = checked_add(layer, checked_mul(m.dims(mod).in, m.dims(mod).out));
+      largest = std::max(largest, checked_mul(m.dims(mod).in, m.dims(mod).out));
+    }
+  if (m.qkv_bias) layer = checked_add(layer, m.q_width() + 2 * m.kv_width());
+  const Bytes one_layer = bytes_of(e, {layer});
+  const Bytes all_layers = bytes_of(e, {layer, m.layers});
+  const Bytes head = bytes_of(e, {m.embedding_parameters()});
+  // Frozen weights under checkpointing: the forward's casts are transient, the largest at a time.
+  const Bytes transient = s.mode == Mode::lora ? bytes_of(e, {largest}) : Bytes{};
+  const bool ckpt = s.gradient_checkpointing;
+  out.forward += ckpt && s.mode == Mode::lora ? head + transient : all_layers + head;
+  out.loss_backward += ckpt ? head : all_layers + head;
+  out.backward_top += ckpt ? one_layer : all_layers;
+  out.backward_bottom += one_layer;
+  return out;
+}
 }  // namespace detail
 
 /**
@@ -244,13 +458,13 @@ struct ActivationTerm {
     }
     // Final norm, plus lm_head's input when lm_head trains.
     const Bytes head = bytes_of(detail::norm_saved_per_token<P>(m, s) + (full ? e * m.hidden : 0), {T});
-    // int64 ids and labels; cos and sin tables (seq x head_dim each, model dtype).
-    const Bytes fixed = bytes_of(P::figures.token_buffer_bytes, {T}) + bytes_of(2 * e, {s.seq, m.head_dimension()});
+    // int64 ids and labels; cos and sin tables (seq x head_dim each, the residual's dtype).
+    const Bytes fixed = detail::token_buffers<P>(s) + bytes_of(2 * detail::residual_bytes(s), {s.seq, m.head_dimension()});
     // Full fine-tuning: the embedding's backward accumulates per token in fp32.
     const Bytes embedding_backward = full ? bytes_of(4 * m.hidden, {T}) : Bytes{};
 
     const detail::LayerStack stack =
-        detail::layer_stack(layer, bytes_of(e * m.hidden, {T}), m.layers, s.gradient_checkpointing);
+        detail::layer_stack(layer, bytes_of(detail::residual_bytes(s) * m.hidden, {T}), m.layers, s.gradient_checkpointing);
     PhaseBytes out;
     out[Phase::forward] = stack.forward + head + fixed;
     out[Phase::loss_backward] = stack.forward + head + fixed;
@@ -318,40 +532,41 @@ struct ParameterTerm {
 
   constexpr PhaseBytes operator()(const ModelShape& m, const Step& s) const {
     const std::uint64_t e = element_bytes(s.precision);
+    const std::uint64_t w = detail::weight_bytes(s);
     const std::uint64_t a = detail::adapter_element_bytes<P>(s);
     if (!s.single_gpu()) return detail::sharded_parameter_bytes(m, s, {e, a, P::figures.adamw});
     const bool full = s.mode == Mode::full;
-    const Bytes weights = bytes_of(e, {m.parameters()});
+    const Bytes weights = bytes_of(w, {m.parameters()});
     const Bytes adapters = bytes_of(a, {adapter_parameters(m, s)});
     const Bytes trainable = full ? weights : adapters;
-    const Bytes moments = trainable * 2;
+    const detail::TrainableTensors tensors = detail::trainable_tensors(m, s);
+    const std::uint64_t g = full ? w : a;  // bytes per trainable element (grads and AdamW's moments)
+    const detail::OptimizerBytes optimizer = detail::optimizer_bytes<P>(s, tensors, g, trainable);
 
-    Bytes largest;  // the largest trainable tensor
-    if (full) {
-      largest = bytes_of(e, {m.largest_tensor()});
-    } else {
-      for (Module mod : all_modules)
-        if (m.has(mod) && s.adapted(mod)) {
-          const auto d = m.dims(mod);
-          largest = max(largest, bytes_of(a, {s.lora.rank, d.in > d.out ? d.in : d.out}));
-        }
-    }
-    const Bytes temporaries = P::figures.adamw == AdamWTemporaries::foreach_group ? trainable : largest * 2;
     // Grads at the top of the layer backward: lm_head (or the tied embedding) and final norm,
     // plus the last layer's; for LoRA the last layer's adapters.
-    const Bytes top_grads = full ? bytes_of(e, {detail::checked_add(m.embedding_parameters(), m.hidden)}) +
-                                       bytes_of(e, {m.layer_parameters()})
+    const Bytes top_grads = full ? bytes_of(w, {detail::checked_add(m.embedding_parameters(), m.hidden)}) +
+                                       bytes_of(w, {m.layer_parameters()})
                                  : Bytes(adapters.count() / m.layers);
     // A tied embedding gets its grad as a new tensor, then added into lm_head's.
-    const Bytes tied_extra = (full && m.tied_embeddings) ? bytes_of(e, {m.embedding_parameters()}) : Bytes{};
+    const Bytes tied_extra = (full && m.tied_embeddings) ? bytes_of(w, {m.embedding_parameters()}) : Bytes{};
+    // Gradient accumulation: from the second micro-batch on the earlier grads are live through the
+    // forward, and each new grad is a tensor of its own until AccumulateGrad adds it in place.
+    const bool accumulates = s.grad_accum > 1;
+    const Bytes held_grads = accumulates ? trainable : Bytes{};
+    const Bytes new_grad = accumulates ? bytes_of(g, {tensors.largest}) : Bytes{};
+    const detail::AutocastCopies copies = detail::autocast_copies<P>(m, s);
 
-    const Bytes persistent = weights + (full ? Bytes{} : adapters) + (s.peak_over == PeakOver::steady ? moments : Bytes{});
+    const Bytes persistent = weights + adapters + (s.peak_over == PeakOver::steady ? optimizer.state : Bytes{});
     PhaseBytes out;
-    out[Phase::forward] = persistent;
-    out[Phase::loss_backward] += persistent;
-    out[Phase::backward_top] += persistent + top_grads;
-    out[Phase::backward_bottom] += persistent + trainable + tied_extra;
-    out[Phase::optimizer_step] = weights + (full ? Bytes{} : adapters) + trainable + moments + temporaries;
+    out[Phase::forward] = persistent + held_grads + copies.forward;
+    out[Phase::loss_backward] += persistent + held_grads + copies.loss_backward;
+    out[Phase::backward_top] += persistent + held_grads + top_grads + new_grad + copies.backward_top;
+    out[Phase::backward_bottom] += persistent + trainable + tied_extra + new_grad + copies.backward_bottom;
+    // clip_grad_norm_: a 4-byte norm per tensor, their stack, the total; with fp16 the grad
+    // scaler's scale and found_inf (0-d tensors).
+    const Bytes scratch = P::figures.clips_grad_norm ? bytes_of(4, {detail::checked_add(tensors.count, 4), 2}) : Bytes{};
+    out[Phase::optimizer_step] = weights + adapters + trainable + optimizer.state + optimizer.temporaries + scratch;
     return out;
   }
 };
@@ -373,35 +588,60 @@ struct AllocatorSlackTerm {
     using detail::blocks_slack_bound;
     using detail::checked_mul;
     const std::uint64_t e = element_bytes(s.precision);
+    const std::uint64_t w = detail::weight_bytes(s);
+    const std::uint64_t r = detail::residual_bytes(s);
     const std::uint64_t a = detail::adapter_element_bytes<P>(s);
     const std::uint64_t T = s.tokens();
     const bool full = s.mode == Mode::full;
+    const bool autocast = detail::autocasts<P>(s);
 
     // Parameters: one tensor each. Per layer: projections, q/k/v biases, two norms.
-    Bytes layer_weights, layer_adapters;
+    Bytes layer_weights, layer_adapters, layer_copies, largest_copy, adapter_copies;
     for (Module mod : all_modules) {
       if (!m.has(mod)) continue;
       const auto d = m.dims(mod);
-      layer_weights += blocks_slack_bound(checked_mul(e, checked_mul(d.in, d.out)));
+      layer_weights += blocks_slack_bound(checked_mul(w, checked_mul(d.in, d.out)));
+      layer_copies += blocks_slack_bound(checked_mul(e, checked_mul(d.in, d.out)));
+      largest_copy = max(largest_copy, blocks_slack_bound(checked_mul(e, checked_mul(d.in, d.out))));
+      if (!full && s.adapted(mod))
+        adapter_copies += blocks_slack_bound(checked_mul(e, checked_mul(s.lora.rank, d.in))) +
+                          blocks_slack_bound(checked_mul(e, checked_mul(s.lora.rank, d.out)));
       if (!full && s.adapted(mod))
         layer_adapters += blocks_slack_bound(checked_mul(a, checked_mul(s.lora.rank, d.in))) +
                           blocks_slack_bound(checked_mul(a, checked_mul(s.lora.rank, d.out)));
     }
-    if (m.qkv_bias)
-      layer_weights += blocks_slack_bound(e * m.q_width()) + blocks_slack_bound(e * m.kv_width(), 2);
-    layer_weights += blocks_slack_bound(e * m.hidden, 2);
-    const Bytes head_weights = blocks_slack_bound(checked_mul(e, m.embedding_parameters()), m.tied_embeddings ? 1 : 2) +
-                               blocks_slack_bound(e * m.hidden);
+    if (m.qkv_bias) {
+      layer_weights += blocks_slack_bound(w * m.q_width()) + blocks_slack_bound(w * m.kv_width(), 2);
+      layer_copies += blocks_slack_bound(e * m.q_width()) + blocks_slack_bound(e * m.kv_width(), 2);
+    }
+    layer_weights += blocks_slack_bound(w * m.hidden, 2);
+    const Bytes head_weights = blocks_slack_bound(checked_mul(w, m.embedding_parameters()), m.tied_embeddings ? 1 : 2) +
+                               blocks_slack_bound(w * m.hidden);
     const Bytes weights = layer_weights * m.layers + head_weights;
     const Bytes adapters = layer_adapters * m.layers;
     const Bytes trainable = full ? weights : adapters;  // a grad, a moment or a temporary per trainable tensor
     const Bytes top_grads = full ? head_weights + layer_weights : layer_adapters;
     const Bytes tied_extra =
-        full && m.tied_embeddings ? blocks_slack_bound(checked_mul(e, m.embedding_parameters())) : Bytes{};
-    const Bytes moments = trainable * 2;
+        full && m.tied_embeddings ? blocks_slack_bound(checked_mul(w, m.embedding_parameters())) : Bytes{};
+    const detail::TrainableTensors tensors = detail::trainable_tensors(m, s);
+    const std::uint64_t g = full ? w : a;
+    // The optimizer's state: a block per moment (AdamW), step count (fused) or Adafactor vector
+    // (each under 1 MiB but for vocabularies past 262,144: 512 B of rounding, else the 1 MiB more).
+    const Bytes small_block(512 + (checked_mul(4, std::max(m.vocab, m.intermediate)) > (1ULL << 20) ? 1ULL << 20 : 0));
+    Bytes moments;
     Bytes temporaries = trainable;
-    if constexpr (P::figures.adamw == AdamWTemporaries::per_tensor) {
-      std::uint64_t largest = full ? checked_mul(e, m.largest_tensor()) : 0;
+    switch (s.optimizer) {
+      case Optimizer::adamw: moments = trainable * 2; break;
+      case Optimizer::adamw_fused: moments = trainable * 2 + Bytes(checked_mul(512, tensors.count)); temporaries = Bytes{}; break;
+      case Optimizer::adafactor:
+        moments = small_block * checked_mul(2, tensors.count);
+        temporaries = blocks_slack_bound(checked_mul(4, tensors.largest), g == 4 ? 2 : 4);
+        break;
+      case Optimizer::sgd_momentum: moments = trainable; break;
+      case Optimizer::sgd: break;
+    }
+    if (P::figures.adamw == AdamWTemporaries::per_tensor && s.optimizer == Optimizer::adamw) {
+      std::uint64_t largest = full ? checked_mul(w, m.largest_tensor()) : 0;
       for (Module mod : all_modules)
         if (!full && m.has(mod) && s.adapted(mod)) {
           const auto d = m.dims(mod);
@@ -421,7 +661,7 @@ struct AllocatorSlackTerm {
       layer += blocks_slack_bound(checked_mul(4, scores));
       transient_scores = blocks_slack_bound(checked_mul(4, scores), 3);
     }
-    const detail::LayerStack stack = detail::layer_stack(layer, blocks_slack_bound(checked_mul(e * m.hidden, T)),
+    const detail::LayerStack stack = detail::layer_stack(layer, blocks_slack_bound(checked_mul(r * m.hidden, T)),
                                                          m.layers, s.gradient_checkpointing);
     // The transients: the hidden state's two grads and the larger set of the MLP's grads and
     // attention's dq/dk/dv with their fp32 accumulators (`layer_backward_transient_per_token`).
@@ -432,12 +672,33 @@ struct AllocatorSlackTerm {
                       blocks_slack_bound(checked_mul(e * m.kv_width(), T), 2) +
                       blocks_slack_bound(checked_mul(4 * m.q_width(), T)) + blocks_slack_bound(checked_mul(4 * m.heads, T));
     if (m.kv_heads != m.heads) attention += blocks_slack_bound(checked_mul(e * m.q_width(), T), 2);
-    const Bytes transient = blocks_slack_bound(checked_mul(e * m.hidden, T), 2) + max(mlp, attention) + transient_scores;
+    Bytes transient = blocks_slack_bound(checked_mul(e * m.hidden, T), 2) + max(mlp, attention) + transient_scores;
+    if (autocast) {  // the same tensors `layer_backward_transient_per_token` counts under autocast
+      const detail::TransientTensors t = detail::autocast_backward_transients(m, s, a);
+      transient = transient_scores;
+      for (std::size_t k = 0; k < t.count; ++k) transient += blocks_slack_bound(checked_mul(t.per_token[k], T));
+    }
     // The final norm's saved set and lm_head's input; ids, labels, cos and sin; the embedding's grad.
-    Bytes head = blocks_slack_bound(checked_mul(e * m.hidden, T), full ? 2 : 1) + blocks_slack_bound(checked_mul(4, T));
+    Bytes head = blocks_slack_bound(checked_mul(r * m.hidden, T), full ? 2 : 1) + blocks_slack_bound(checked_mul(4, T));
     if constexpr (P::figures.norm == NormSaves::fp32_upcast) head += blocks_slack_bound(checked_mul(4 * m.hidden, T));
-    const Bytes fixed = blocks_slack_bound(checked_mul(8, T), P::figures.token_buffer_bytes / 8) +
-                        blocks_slack_bound(checked_mul(e * s.seq, m.head_dimension()), 2);
+    const Bytes fixed = blocks_slack_bound(checked_mul(8, T), P::figures.token_buffer_bytes / 8 + 2 * (s.grad_accum - 1)) +
+                        blocks_slack_bound(checked_mul(r * s.seq, m.head_dimension()), 2);
+    // Gradient accumulation: the earlier grads through the forward, a new grad in flight.
+    const bool accumulates = s.grad_accum > 1;
+    const Bytes held_grads = accumulates ? trainable : Bytes{};
+    const Bytes new_grad = accumulates ? blocks_slack_bound(checked_mul(g, tensors.largest)) : Bytes{};
+    // Autocast's weight copies, phase by phase as `detail::autocast_copies` counts them.
+    detail::AutocastCopies copies;
+    if (autocast && !full && a != e) copies = {adapter_copies * m.layers, adapter_copies * m.layers,
+                                               adapter_copies * m.layers, adapter_copies * m.layers};
+    if (autocast && w != e) {
+      const Bytes head_copy = blocks_slack_bound(checked_mul(e, m.embedding_parameters()));
+      const bool ckpt = s.gradient_checkpointing;
+      copies.forward += ckpt && !full ? head_copy + largest_copy : layer_copies * m.layers + head_copy;
+      copies.loss_backward += ckpt ? head_copy : layer_copies * m.layers + head_copy;
+      copies.backward_top += ckpt ? layer_copies : layer_copies * m.layers;
+      copies.backward_bottom += layer_copies;
+    }
     const Bytes embedding_backward = full ? blocks_slack_bound(checked_mul(4 * m.hidden, T)) : Bytes{};
 
     // The loss: logits, fp32 copy and log-softmax, then three loss-sized buffers; retained logits.
@@ -452,12 +713,15 @@ struct AllocatorSlackTerm {
 
     PhaseBytes out;
     out.add_everywhere(Bytes(P::figures.autograd_workspace_bytes));
-    out[Phase::forward] += persistent + stack.forward + head + fixed + logits_forward;
-    out[Phase::loss_backward] += persistent + stack.forward + head + fixed + logits_backward;
-    out[Phase::backward_top] += persistent + top_grads + stack.top + transient + fixed + kept;
-    out[Phase::backward_bottom] += persistent + trainable + tied_extra + stack.bottom + transient + fixed +
-                                  embedding_backward + kept;
-    out[Phase::optimizer_step] += weights + adapters + trainable + moments + temporaries + kept;
+    out[Phase::forward] += persistent + held_grads + copies.forward + stack.forward + head + fixed + logits_forward;
+    out[Phase::loss_backward] +=
+        persistent + held_grads + copies.loss_backward + stack.forward + head + fixed + logits_backward;
+    out[Phase::backward_top] +=
+        persistent + held_grads + new_grad + copies.backward_top + top_grads + stack.top + transient + fixed + kept;
+    out[Phase::backward_bottom] += persistent + trainable + new_grad + copies.backward_bottom + tied_extra +
+                                  stack.bottom + transient + fixed + embedding_backward + kept;
+    const Bytes scratch(P::figures.clips_grad_norm ? checked_mul(508, checked_mul(2, tensors.count + 4)) : 0);
+    out[Phase::optimizer_step] += weights + adapters + trainable + moments + temporaries + scratch + kept;
     return out;
   }
 };

@@ -67,6 +67,12 @@ vramfit::Step decode_step(FuzzedDataProvider& in) {
     s.shard_group = in.ConsumeIntegralInRange<std::uint64_t>(0, 64);
     if (s.sharding != Sharding::hybrid && in.ConsumeBool()) s.shard_group = 0;
   }
+  // The optimizer, LoRA dropout, and the Trainer's accumulation and weights' dtype (refused by the
+  // stacks that do not model them).
+  s.optimizer = static_cast<Optimizer>(in.ConsumeIntegralInRange<int>(0, 4));
+  if (in.ConsumeBool()) s.lora.dropout = 0.05;
+  if (in.ConsumeIntegralInRange<int>(0, 3) == 0) s.grad_accum = in.ConsumeIntegralInRange<std::uint64_t>(0, 9);
+  if (in.ConsumeIntegralInRange<int>(0, 3) == 0) s.weights = static_cast<Precision>(in.ConsumeIntegralInRange<int>(0, 2));
   return s;
 }
 
@@ -86,8 +92,9 @@ void check_estimate(const vramfit::ModelShape& m, const vramfit::Step& s, vramfi
                     bool search) {
   using namespace vramfit;
   const typename Definition::predictor predictor;
-  // Arguments that pass validate get an estimate or an Overflow, never an InvalidInput.
-  const bool valid = vramfit::fuzz::accepts([&] { validate(m), validate(s, m); });
+  // Arguments that pass validate (and the stack's own checks) get an estimate or an Overflow, never
+  // an InvalidInput.
+  const bool valid = vramfit::fuzz::accepts([&] { validate(m), validate(s, m), detail::validate_for_stack(s, stack); });
   const auto run = [&] { return estimate(m, s, stack); };
   const auto e = valid ? vramfit::fuzz::attempt_valid(run) : attempt(run);
   if (e) {
@@ -140,19 +147,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FuzzedDataProvider in(data, size);
   const vramfit::ModelShape m = decode_shape(in);
   const vramfit::Step s = decode_step(in);
-  const bool libtorch = in.ConsumeBool();
+  const auto stack = static_cast<vramfit::Stack>(in.ConsumeIntegralInRange<int>(0, 2));
   const bool search = in.ConsumeIntegralInRange<int>(0, 7) == 0;  // the search runs many estimates
   const vramfit::Budget budget(vramfit::Bytes(in.ConsumeIntegralInRange<std::uint64_t>(0, 1ULL << 41)));
   if (std::getenv("VRAMFIT_FUZZ_PRINT") != nullptr) {  // what an input decodes to, to reproduce a finding
-    const nlohmann::json decoded = {{"shape", m}, {"step", s}, {"stack", libtorch ? "libtorch" : "hf-peft"},
+    const nlohmann::json decoded = {{"shape", m}, {"step", s}, {"stack", std::string(vramfit::to_string(stack))},
                                     {"budget_bytes", budget.usable.count()}, {"search", search}};
     std::fprintf(stderr, "%s\n", decoded.dump().c_str());
   }
-  if (libtorch)
-    check_estimate<vramfit::detail::StackDefinition<vramfit::profiles::LibTorch>>(m, s, vramfit::Stack::libtorch,
-                                                                                  budget, search);
-  else
-    check_estimate<vramfit::detail::StackDefinition<vramfit::profiles::HfPeft>>(m, s, vramfit::Stack::hf_peft,
-                                                                                budget, search);
+  vramfit::detail::visit_stack(stack, [&](auto definition) {
+    check_estimate<decltype(definition)>(m, s, stack, budget, search);
+  });
   return 0;
 }
