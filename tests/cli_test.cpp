@@ -195,7 +195,7 @@ TEST_CASE("cli: the report, the version and the help") {
     const Ran r = succeeds(0, {"predict", "--help"});
     holds(r.out, model_flags);
     holds(r.out, {"usage: vramfit predict", "--batch N\n", "--seq N\n", "lora|full", "flash|mem-efficient|math",
-                  "hf-peft|libtorch", "first|steady", "bf16|fp16|fp32", "default 2048", "exit status"});
+                  "hf-peft|hf-trainer|libtorch", "first|steady", "bf16|fp16|fp32", "default 2048", "exit status"});
     holds(r.out, {"--world-size N\n", "--sharding none|zero1|zero2|full|hybrid:K\n"});  // help.sharding
   }
   SUBCASE("help.max-batch") {
@@ -554,7 +554,9 @@ TEST_CASE("cli: bad input exits 2 with one line on stderr naming the flag, and w
       {"--stack", {"jax"}},
       {"--phase", {"last"}},
       {"--precision", {"int8"}},
-      {"--optim", {"adam", "adamw_torch_fused", ""}},
+      {"--optim", {"adam", "adamw_bnb_8bit", ""}},
+      {"--grad-accum", {"0", "65537", "two", "-1"}},
+      {"--weights", {"int8", "float32"}},
       {"--lora-dropout", {"1", "-0.1", "0.5.", "nan", "1e2", "five", "0x1"}},
       {"--budget", {"0GB", "-1GB", "24XB", "99999999TB"}},
   };
@@ -616,9 +618,18 @@ TEST_CASE("cli: bad input exits 2 with one line on stderr naming the flag, and w
       {"libtorch_takes_no_dropout", "--lora-dropout",
        on_small("predict", {"--stack", "libtorch", "--lora-dropout", "0.1"})},
       {"libtorch_takes_no_sgd", "--optim", on_small("max-batch", {"--stack", "libtorch", "--optim", "sgd", "--budget", "24GB"})},
+      // the Trainer's settings
+      {"grad_accum_needs_trainer", "--grad-accum", on_small("predict", {"--grad-accum", "4"})},
+      {"weights_need_trainer", "--weights", on_small("predict", {"--weights", "fp32"})},
+      {"trainer_bf16_weights_no_autocast_fp32", "--weights",
+       on_small("predict", {"--stack", "hf-trainer", "--weights", "bf16", "--precision", "fp32"})},
+      {"trainer_fp16_weights_under_bf16", "--weights", on_small("predict", {"--stack", "hf-trainer", "--weights", "fp16"})},
+      {"trainer_on_one_gpu", "--world-size", on_small("predict", {"--stack", "hf-trainer", "--world-size", "2"})},
+      {"trainer_not_sharded", "--sharding", on_small("predict", {"--stack", "hf-trainer", "--sharding", "zero1"})},
 #ifdef VRAMFIT_WITH_PROBE
       {"probe_runs_no_dropout", "--lora-dropout", on_small("probe", {"--lora-dropout", "0.05"})},
       {"probe_runs_adamw_only", "--optim", on_small("probe", {"--optim", "sgd-momentum"})},
+      {"probe_runs_no_trainer", "--stack", on_small("probe", {"--stack", "hf-trainer"})},
 #endif
       // the budget
       {"max-batch_needs_budget", "--budget", on_small("max-batch")},

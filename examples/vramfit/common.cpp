@@ -88,10 +88,21 @@ std::vector<std::uint64_t> parse_numbers(std::string_view flag, std::string_view
 }
 
 NamedModel ModelFlags::resolve() const {
-  if (!config) return {*model, false, preset(*model), std::nullopt, step};
-  const HfConfig c = load_hf_config(*config);
-  NamedModel m{config->string(), true, c.shape, c.sliding_window, step};
-  if (!precision_given_ && c.dtype) m.step.precision = *c.dtype;
+  NamedModel m;
+  if (!config) {
+    m = {*model, false, preset(*model), std::nullopt, step};
+  } else {
+    const HfConfig c = load_hf_config(*config);
+    m = {config->string(), true, c.shape, c.sliding_window, step};
+    if (c.dtype && stack == Stack::hf_trainer && *c.dtype == Precision::fp32) {
+      // The Trainer loads the config's fp32 weights and autocasts (bf16 unless --precision says).
+      if (!weights_given_) m.step.weights = Precision::fp32;
+    } else if (c.dtype && !precision_given_) {
+      m.step.precision = *c.dtype;
+    }
+  }
+  if (stack == Stack::hf_trainer && !optim_given_) m.step.optimizer = Optimizer::adamw_fused;
+  if (m.step.weights == m.step.precision) m.step.weights.reset();
   return m;
 }
 

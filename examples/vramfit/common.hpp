@@ -186,6 +186,9 @@ struct ModelFlags {
 
 private:
   bool precision_given_ = false;            ///< --precision given: the config's dtype does not apply
+  bool weights_given_ = false;              ///< --weights given (hf-trainer only)
+  bool optim_given_ = false;                ///< --optim given: else the stack's default (hf-trainer: fused AdamW)
+  bool grad_accum_given_ = false;           ///< --grad-accum given (hf-trainer only)
   const CLI::Option* lora_rank_ = nullptr;  ///< to tell whether --lora-rank was given
   const CLI::Option* lora_targets_ = nullptr;
   const CLI::Option* lora_dropout_ = nullptr;

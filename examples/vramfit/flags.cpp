@@ -48,9 +48,10 @@ CLI::Option* add_switch(CLI::App& app, const std::string& flag, bool& on, const 
 }
 
 CLI::Option* add_stack(CLI::App& app, BadValues& bad, Stack& stack) {
-  return add_value(app, bad, "--stack", "hf-peft|libtorch",
-                   "hf-peft: HF transformers + PEFT + torch AdamW; libtorch: the probe's lean C++ step (default "
-                   "hf-peft)",
+  return add_value(app, bad, "--stack", "hf-peft|hf-trainer|libtorch",
+                   "hf-peft: HF transformers + PEFT + torch AdamW in a plain loop; hf-trainer: transformers.Trainer "
+                   "(autocast, its optimizers, accumulation, fp32 weights; closed form); libtorch: the probe's lean "
+                   "C++ step (default hf-peft)",
                    [&stack](std::string_view v) { stack = parse_stack(v, "--stack"); });
 }
 
@@ -105,11 +106,31 @@ void ModelFlags::add(CLI::App& app, BadValues& bad, StepFlagSet set) {
       "LoRA dropout, 0 to below 1 (default 0: PEFT's identity); above 0 each adapter keeps a dropped copy of its "
       "input and a mask; needs --mode lora",
       [this](std::string_view v) { step.lora.dropout = parse_probability("--lora-dropout", v); });
-  add_value(app, bad, "--optim", "adamw|sgd-momentum|sgd",
-            "the optimizer: AdamW (torch.optim.AdamW, foreach; the default), SGD with momentum (one buffer per "
-            "trainable parameter) or plain SGD (no state); where no recorded program of the kind applies, the "
-            "closed form counts AdamW's state, an upper bound for SGD's",
-            [this](std::string_view v) { step.optimizer = parse_optimizer(v, "--optim"); });
+  add_value(app, bad, "--optim", "adamw|adamw-fused|adafactor|sgd-momentum|sgd",
+            "the optimizer: AdamW (torch.optim.AdamW, foreach; hf-peft's default), fused AdamW (hf-trainer's "
+            "default), Adafactor (transformers', as the Trainer builds it), SGD with momentum (one buffer per "
+            "trainable parameter) or plain SGD (no state); the Trainer's names adamw_torch_fused and adamw_torch "
+            "are read too",
+            [this](std::string_view v) {
+              step.optimizer = parse_optimizer(v, "--optim");
+              optim_given_ = true;
+            });
+  add_value(app, bad, "--grad-accum", "N",
+            "micro-batches per optimizer step, 1 to 65536 (the Trainer's gradient_accumulation_steps; default 1); "
+            "needs --stack hf-trainer",
+            [this](std::string_view v) {
+              step.grad_accum = parse_positive("--grad-accum", v);
+              if (step.grad_accum > 65536)
+                throw InvalidInput("--grad-accum", "must be 1 to 65536, got " + std::string(v));
+              grad_accum_given_ = true;
+            });
+  add_value(app, bad, "--weights", "bf16|fp16|fp32",
+            "dtype the weights are loaded in, when it differs from --precision: fp32 under bf16 or fp16 autocast "
+            "(mixed precision; default: --precision, or a config's fp32); needs --stack hf-trainer",
+            [this](std::string_view v) {
+              step.weights = parse_precision(v, "--weights");
+              weights_given_ = true;
+            });
   add_switch(app, "--grad-ckpt", step.gradient_checkpointing,
              "gradient checkpointing (non-reentrant): keep each layer's input only (default off)");
   add_switch(app, "--logits-retained", step.logits_retained,
@@ -121,7 +142,9 @@ void ModelFlags::add(CLI::App& app, BadValues& bad, StepFlagSet set) {
   add_value(app, bad, "--phase", "first|steady",
             "the peak of the first step only (no optimizer state yet) or of every step (default steady)",
             [this](std::string_view v) { step.peak_over = parse_peak_over(v, "--phase"); });
-  add_value(app, bad, "--precision", "bf16|fp16|fp32", "dtype of the weights and activations (default: the config's dtype, else bf16)",
+  add_value(app, bad, "--precision", "bf16|fp16|fp32",
+            "dtype of the weights and activations (default: the config's dtype, else bf16); with --stack "
+            "hf-trainer the autocast dtype (the Trainer's bf16 or fp16; fp32: no autocast)",
             [this](std::string_view v) {
               step.precision = parse_precision(v, "--precision");
               precision_given_ = true;
@@ -180,6 +203,25 @@ void ModelFlags::check(bool model_required) const {
       throw InvalidInput("--lora-targets", "needs --mode lora (full fine-tuning has no adapters)");
     if (lora_dropout_->count() > 0)
       throw InvalidInput("--lora-dropout", "needs --mode lora (full fine-tuning has no adapters)");
+  }
+  if (stack == Stack::hf_trainer && step.world_size > 1)
+    throw InvalidInput("--world-size", "the hf-trainer stack is modelled on one GPU; for several ranks give "
+                                       "--stack hf-peft (the plain loop's per-rank model)");
+  if (stack == Stack::hf_trainer && step.sharding != Sharding::none)
+    throw InvalidInput("--sharding", "the hf-trainer stack is modelled on one GPU, unsharded; for sharding give "
+                                     "--stack hf-peft");
+  if (stack != Stack::hf_trainer) {
+    if (grad_accum_given_)
+      throw InvalidInput("--grad-accum", "gradient accumulation is modelled for the Trainer's step: needs --stack "
+                                         "hf-trainer");
+    if (weights_given_)
+      throw InvalidInput("--weights", "needs --stack hf-trainer (on " + std::string(to_string(stack)) +
+                                          " --precision is the weights' dtype)");
+  } else if (step.weights && *step.weights != step.precision &&
+             !(*step.weights == Precision::fp32 && step.precision != Precision::fp32)) {
+    throw InvalidInput("--weights", "with --precision " + std::string(to_string(step.precision)) +
+                                        " the weights are " + std::string(to_string(step.precision)) +
+                                        ", or fp32 under bf16 or fp16 autocast (mixed precision)");
   }
   if (stack == Stack::libtorch) {
     if (step.lora_dropout())

@@ -130,6 +130,9 @@ public:
   void check() const override {
     if (trace_out_ && instruments_) throw InvalidInput("--trace-out", "records checked steps, not --instruments");
     flags_.check(!instruments_);
+    if (flags_.stack == Stack::hf_trainer)
+      throw InvalidInput("--stack", "the Probe runs its LibTorch reference step, not the Trainer's (give hf-peft or "
+                                    "libtorch; trainer_harness.py measures the Trainer)");
     // The reference step (probe/reference_step.hpp) runs AdamW without dropout, on either stack.
     if (flags_.step.lora_dropout())
       throw InvalidInput("--lora-dropout", "the Probe's reference step runs no dropout (vramfit-record measures "
