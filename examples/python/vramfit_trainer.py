@@ -24,12 +24,13 @@ The executable is the `vramfit=` argument, else the environment variable VRAMFIT
 PATH. A missing executable, bad input (exit status 2: `BadInput`, naming the flag or config field)
 or output that is not the expected JSON raise; nothing falls back to a default.
 
-What it predicts: vramfit's `hf-peft` stack, a plain HF + PEFT loop (bf16 weights, torch's
-foreach AdamW, no autocast). The Trainer's own step is not that: gradient accumulation, fused or
-other optimizers, autocast (and fp32 weights under it) move its peak, measured -23% to +15%.
-`flags_from_trainer` therefore returns, next to the flags, the caveats: the TrainingArguments the
-CLI cannot express, and the callback warns with them. A separate `hf-trainer` stack that models
-them is future work.
+What it predicts: `flags_from_trainer` and the callback use vramfit's `hf-trainer` stack, the
+Trainer's own step: autocast (bf16/fp16, fp32 weights under it), its optimizer (`args.optim`:
+adamw_torch_fused, adamw_torch, adafactor, sgd), gradient accumulation. It is a closed form, an
+upper bound of the allocated peak (no step program of the Trainer is recorded yet), measured 1.01
+to 1.25 of the Trainer's peak on an H100. Next to the flags, `flags_from_trainer` returns the
+caveats: what the TrainingArguments set that the CLI cannot express, and the callback warns with
+them. `predict` and `max_batch` take `stack=` like any flag (the CLI's default is `hf-peft`).
 """
 import contextlib
 import json
@@ -152,6 +153,10 @@ def check_fit(budget=None, gpu=None, vramfit=None, **flags):
     raise DoesNotFit(e, max_batch(budget=budget, gpu=gpu, vramfit=vramfit, **rest)["max_batch"])
 
 
+# The Trainer's optim names vramfit models, and its --optim words for them.
+TRAINER_OPTIMS = {"adamw_torch_fused": "adamw-fused", "adamw_torch": "adamw", "adafactor": "adafactor", "sgd": "sgd"}
+
+
 def _dtype_name(dtype):  # torch.bfloat16, "bfloat16", "torch.float32" -> "bfloat16", "float32"
     return str(dtype).rpartition(".")[2] if dtype is not None else None
 
@@ -161,7 +166,7 @@ def flags_from_trainer(model, args, seq):
     TrainingArguments imply, and the caveats: what they set that vramfit cannot express yet.
     Duck-typed: reads model.config, model.peft_config, model.dtype and args' fields; imports nothing."""
     config = model.config
-    flags = {"config": config, "batch": args.per_device_train_batch_size, "seq": seq}
+    flags = {"config": config, "batch": args.per_device_train_batch_size, "seq": seq, "stack": "hf-trainer"}
     caveats = []
     peft = getattr(model, "peft_config", None)
     if peft:
@@ -191,14 +196,21 @@ def flags_from_trainer(model, args, seq):
     precision = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(weights)
     if weights is not None and precision is None:
         raise ValueError("vramfit models bf16, fp16 or fp32 weights, not %s" % weights)
-    if precision:
-        flags["precision"] = precision
     autocast = "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else None
-    if autocast and precision == "fp32":
-        caveats.append("fp32 weights under %s autocast (mixed precision): vramfit predicts a plain fp32 step" % autocast)
-    elif autocast:
-        caveats.append("%s autocast (args.%s=True) is not modelled: vramfit predicts the step without it"
-                       % (autocast, autocast))
+    if autocast:  # hf-trainer's --precision is the autocast dtype; fp32 weights under it: --weights fp32
+        flags["precision"] = autocast
+        if precision == "fp32":
+            flags["weights"] = "fp32"
+        elif precision and precision != autocast:  # bf16 under fp16 autocast, or the reverse: the same sizes
+            flags["precision"] = precision
+            caveats.append("%s weights under %s autocast: predicted as under %s autocast (2-byte activations "
+                           "either way)" % (precision, autocast, precision))
+    elif precision:
+        flags["precision"] = precision
+        if precision != "fp32":
+            caveats.append("%s weights without autocast (args.bf16 and args.fp16 off): hf-trainer models the step "
+                           "under %s autocast, where LoRA adapters save a %s copy of their input, not PEFT's "
+                           "fp32 cast" % (weights, precision, precision))
     attn = getattr(config, "_attn_implementation", None)
     if attn == "eager":
         flags["attention"] = "math"
@@ -209,17 +221,22 @@ def flags_from_trainer(model, args, seq):
 
     accum = getattr(args, "gradient_accumulation_steps", 1)
     if accum > 1:
-        caveats.append("gradient_accumulation_steps=%d: the Trainer keeps .grad across micro-steps; "
-                       "vramfit predicts one step of batch %d" % (accum, flags["batch"]))
+        flags["grad_accum"] = accum
     optim = getattr(args, "optim", None)
     optim = str(getattr(optim, "value", optim))
-    if optim == "sgd":  # torch.optim.SGD without momentum; vramfit's closed form bounds it by AdamW
-        flags["optim"] = "sgd"
-    elif optim != "adamw_torch":
-        caveats.append("optim=%s: vramfit models torch's foreach AdamW (optim='adamw_torch') and SGD" % optim)
+    if optim in TRAINER_OPTIMS:
+        flags["optim"] = TRAINER_OPTIMS[optim]
+    else:  # the stack's default, fused AdamW: two moments per parameter
+        caveats.append("optim=%s is not modelled: vramfit predicts fused AdamW (optim='adamw_torch_fused')" % optim)
     world = getattr(args, "world_size", 1)
-    if world > 1:
+    if world > 1:  # hf-trainer is modelled on one GPU; hf-peft's per-rank model is the plain loop's
         flags["world_size"] = world
+        flags["stack"] = "hf-peft"
+        dropped = [k for k in ("grad_accum", "weights", "optim") if flags.pop(k, None) is not None]
+        if flags.get("precision") != precision and precision:
+            flags["precision"] = precision
+        caveats.append("%d ranks: the Trainer's step is modelled on one GPU; predicted per rank with the plain "
+                       "loop (hf-peft), without %s" % (world, ", ".join(dropped) or "the Trainer's settings"))
     if getattr(args, "fsdp", None) or getattr(args, "deepspeed", None):
         caveats.append("FSDP/DeepSpeed settings are not read: pass sharding=... to the callback")
     alloc = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")

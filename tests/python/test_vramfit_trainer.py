@@ -41,7 +41,7 @@ def fake_model(dtype="torch.bfloat16", peft=None):
 
 def fake_args(**kw):
     args = dict(per_device_train_batch_size=4, gradient_checkpointing=False, gradient_checkpointing_kwargs=None,
-                gradient_accumulation_steps=1, optim="adamw_torch", bf16=False, fp16=False)
+                gradient_accumulation_steps=1, optim="adamw_torch_fused", bf16=True, fp16=False)
     args.update(kw)
     return types.SimpleNamespace(**args)
 
@@ -157,15 +157,30 @@ class Cli(unittest.TestCase):
         flags, caveats = vt.flags_from_trainer(fake_model(peft=LORA), fake_args(gradient_checkpointing=True), 1024)
         e = vt.predict(vramfit=EXE, **flags)
         step = e["step"]
+        self.assertEqual(e["stack"], "hf-trainer")
         self.assertEqual((step["mode"], step["lora_rank"], step["lora_targets"]), ("lora", 16, ["q_proj", "v_proj"]))
         self.assertEqual((step["batch"], step["seq"], step["gradient_checkpointing"]), (4, 1024, True))
+        self.assertEqual((step["optim"], step["precision"], step["weights"]), ("adamw-fused", "bf16", "bf16"))
         lora = types.SimpleNamespace(**dict(vars(LORA), lora_dropout=1e-05))  # str() writes 1e-05
         flags, _ = vt.flags_from_trainer(fake_model(peft=lora), fake_args(optim="sgd"), 1024)
         step = vt.predict(vramfit=EXE, **flags)["step"]
         self.assertEqual((step["lora_dropout"], step["optim"]), (1e-05, "sgd"))
-        flags, _ = vt.flags_from_trainer(fake_model("torch.float32"), fake_args(), 512)
+        # fp32 weights without autocast: no mixed precision, and SDPA's flash kernel takes no fp32.
+        flags, _ = vt.flags_from_trainer(fake_model("torch.float32"), fake_args(bf16=False), 512)
         step = vt.predict(vramfit=EXE, **flags)["step"]
-        self.assertEqual((step["mode"], step["precision"], step["attention"]), ("full", "fp32", "mem-efficient"))
+        self.assertEqual((step["mode"], step["precision"], step["weights"], step["attention"]),
+                         ("full", "fp32", "fp32", "mem-efficient"))
+        # fp32 weights under bf16 autocast with accumulation: the Trainer's mixed precision, above the
+        # plain loop's bf16 figure (fp32 grads and moments, autocast's bf16 weight copies, held grads).
+        flags, caveats = vt.flags_from_trainer(fake_model("torch.float32"),
+                                               fake_args(gradient_accumulation_steps=4, optim="adamw_torch"), 512)
+        e = vt.predict(vramfit=EXE, **flags)
+        step = e["step"]
+        self.assertEqual((step["precision"], step["weights"], step["grad_accum"], step["optim"], caveats),
+                         ("bf16", "fp32", 4, "adamw", []))
+        plain = vt.predict(vramfit=EXE, config=dict(CONFIG), batch=4, seq=512, mode="full")
+        self.assertEqual(plain["stack"], "hf-peft")
+        self.assertGreater(e["peak_bytes"], 1.5 * plain["peak_bytes"])
 
 
 @mock.patch.dict(os.environ, {"PYTORCH_CUDA_ALLOC_CONF": "", "PYTORCH_ALLOC_CONF": ""})
@@ -175,14 +190,21 @@ class TrainerFlags(unittest.TestCase):
                          gradient_accumulation_steps=4, optim="adamw_torch_fused")
         model = fake_model(peft=LORA)
         flags, caveats = vt.flags_from_trainer(model, args, 2048)
-        self.assertEqual(flags, {"config": model.config, "batch": 4, "seq": 2048, "lora_rank": 16,
-                                 "lora_targets": ["q_proj", "v_proj"], "grad_ckpt": True, "precision": "bf16"})
-        self.assertEqual(len(caveats), 2, caveats)
-        self.assertIn("gradient_accumulation_steps=4", caveats[0])
-        self.assertIn("optim=adamw_torch_fused", caveats[1])
+        self.assertEqual(flags, {"config": model.config, "batch": 4, "seq": 2048, "stack": "hf-trainer",
+                                 "lora_rank": 16, "lora_targets": ["q_proj", "v_proj"], "grad_ckpt": True,
+                                 "precision": "bf16", "grad_accum": 4, "optim": "adamw-fused"})
+        self.assertEqual(caveats, [])
         self.assertEqual(vt._argv({k: v for k, v in flags.items() if k != "config"}),
-                         ["--batch", "4", "--seq", "2048", "--lora-rank", "16", "--lora-targets", "q_proj,v_proj",
-                          "--grad-ckpt", "--precision", "bf16"])
+                         ["--batch", "4", "--seq", "2048", "--stack", "hf-trainer", "--lora-rank", "16",
+                          "--lora-targets", "q_proj,v_proj", "--grad-ckpt", "--precision", "bf16", "--grad-accum", "4",
+                          "--optim", "adamw-fused"])
+        # Each optimizer the Trainer names and vramfit models; another one is a caveat (fused AdamW predicted).
+        for name, word in vt.TRAINER_OPTIMS.items():
+            self.assertEqual(vt.flags_from_trainer(model, fake_args(optim=name), 2048)[0]["optim"], word)
+        flags, caveats = vt.flags_from_trainer(model, fake_args(optim="adamw_bnb_8bit"), 2048)
+        self.assertNotIn("optim", flags)
+        self.assertEqual(len(caveats), 1, caveats)
+        self.assertIn("optim=adamw_bnb_8bit is not modelled", caveats[0])
 
     def test_lora_dropout_and_sgd_are_flags(self):
         lora = types.SimpleNamespace(**dict(vars(LORA), lora_dropout=0.05))
@@ -191,7 +213,6 @@ class TrainerFlags(unittest.TestCase):
         flags, _ = vt.flags_from_trainer(fake_model(peft=types.SimpleNamespace(**dict(vars(LORA), lora_dropout=0.0))),
                                          fake_args(), 1024)
         self.assertNotIn("lora_dropout", flags)  # 0: PEFT's identity
-        self.assertNotIn("optim", flags)
 
     def test_plain_adamw_full_fine_tuning_has_no_caveats(self):
         optim = types.SimpleNamespace(value="adamw_torch")  # OptimizerNames is a str enum
@@ -203,12 +224,17 @@ class TrainerFlags(unittest.TestCase):
 
     def test_fp32_weights_under_autocast(self):
         flags, caveats = vt.flags_from_trainer(fake_model("torch.float32"), fake_args(bf16=True), 1024)
-        self.assertEqual(flags["precision"], "fp32")
-        self.assertEqual(len(caveats), 1, caveats)
-        self.assertIn("fp32 weights under bf16 autocast", caveats[0])
-        _, caveats = vt.flags_from_trainer(fake_model(), fake_args(fp16=True), 1024)  # bf16 weights, fp16 autocast
-        self.assertEqual(len(caveats), 1, caveats)
-        self.assertIn("fp16 autocast", caveats[0])
+        self.assertEqual((flags["precision"], flags["weights"], caveats), ("bf16", "fp32", []))
+        flags, caveats = vt.flags_from_trainer(fake_model("torch.float32"), fake_args(bf16=False, fp16=True), 1024)
+        self.assertEqual((flags["precision"], flags["weights"], caveats), ("fp16", "fp32", []))
+        # bf16 weights under fp16 autocast: the same sizes as under bf16 autocast, said in a caveat.
+        flags, caveats = vt.flags_from_trainer(fake_model(), fake_args(bf16=False, fp16=True), 1024)
+        self.assertEqual((flags["precision"], len(caveats)), ("bf16", 1), caveats)
+        self.assertIn("bf16 weights under fp16 autocast", caveats[0])
+        # bf16 weights without autocast: hf-trainer counts LoRA's input copies as under autocast; said.
+        flags, caveats = vt.flags_from_trainer(fake_model(), fake_args(bf16=False), 1024)
+        self.assertEqual((flags["precision"], "weights" in flags, len(caveats)), ("bf16", False, 1), caveats)
+        self.assertIn("without autocast", caveats[0])
 
     def test_all_linear_kept_and_reentrant_checkpointing_flagged(self):
         lora = types.SimpleNamespace(r=8, target_modules="all-linear", use_dora=True)
@@ -239,9 +265,12 @@ class TrainerFlags(unittest.TestCase):
     def test_alloc_conf_and_world_size(self):
         with mock.patch.dict(os.environ, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}):
             flags, caveats = vt.flags_from_trainer(fake_model(), fake_args(world_size=2, fsdp="full_shard"), 1024)
-        self.assertEqual((flags["alloc_conf"], flags["world_size"]), ("expandable_segments:True", 2))
-        self.assertEqual(len(caveats), 1, caveats)
-        self.assertIn("FSDP", caveats[0])
+        self.assertEqual((flags["alloc_conf"], flags["world_size"], flags["stack"]),
+                         ("expandable_segments:True", 2, "hf-peft"))
+        self.assertNotIn("optim", flags)  # the Trainer's settings are hf-trainer's, on one GPU
+        self.assertEqual(len(caveats), 2, caveats)
+        self.assertIn("2 ranks: the Trainer's step is modelled on one GPU", caveats[0])
+        self.assertIn("FSDP", caveats[1])
 
 
 class Callback(unittest.TestCase):
@@ -269,16 +298,18 @@ class Callback(unittest.TestCase):
             cb = vt.fit_check_callback(seq=1024, budget="4GiB", vramfit=EXE, alloc_conf="expandable_segments:True")
         self.assertIsInstance(cb, fake.TrainerCallback)
         model = fake_model(peft=types.SimpleNamespace(r=8, target_modules=["q_proj", "v_proj"]))
-        best = vt.max_batch(config=dict(CONFIG), seq=1024, budget="4GiB", vramfit=EXE,
+        best = vt.max_batch(config=dict(CONFIG), seq=1024, budget="4GiB", vramfit=EXE, stack="hf-trainer",
+                            lora_rank=8, lora_targets="q_proj,v_proj", precision="bf16", grad_accum=4,
                             alloc_conf="expandable_segments:True")["max_batch"]
         self.assertGreaterEqual(best, 1)
-        args = fake_args(per_device_train_batch_size=best + 2, gradient_accumulation_steps=4)
-        with self.assertWarnsRegex(UserWarning, "gradient_accumulation_steps=4"):
+        args = fake_args(per_device_train_batch_size=best + 2, gradient_accumulation_steps=4, optim="adamw_bnb_8bit")
+        with self.assertWarnsRegex(UserWarning, "optim=adamw_bnb_8bit is not modelled"):
             with self.assertRaises(vt.DoesNotFit) as cm:
                 cb.on_train_begin(args, None, None, model=model)
         self.assertEqual(cm.exception.max_batch, best)
         self.assertIsNone(cb.estimate)
-        cb.on_train_begin(fake_args(per_device_train_batch_size=best), None, None, model=model)
+        cb.on_train_begin(fake_args(per_device_train_batch_size=best, gradient_accumulation_steps=4), None, None,
+                          model=model)
         self.assertIs(cb.estimate["fits"], True)
         self.assertEqual(cb.estimate["step"]["batch"], best)
         with self.assertRaises(vt.VramfitError):
