@@ -15,6 +15,7 @@
 using namespace vramfit;
 using vramfit::test::field_of;
 using vramfit::test::small;
+using vramfit::test::lora_qv;
 
 namespace {
 
@@ -173,6 +174,33 @@ TEST_CASE("validate(step): gradient accumulation and mixed precision") {
   CHECK(Step{.weights = Precision::fp32}.mixed_precision());
   CHECK_FALSE(Step{.weights = Precision::bf16}.mixed_precision());
   CHECK(Step{}.weight_precision() == Precision::bf16);
+}
+
+TEST_CASE("operator== sees every field; unset weights are the precision's") {
+  const Step base = lora_qv;
+  const auto differs = [&](auto change) {
+    Step s = base;
+    change(s);
+    return !(s == base);
+  };
+  CHECK(differs([](Step& s) { s.batch = 3; }));
+  CHECK(differs([](Step& s) { s.seq = 7; }));
+  CHECK(differs([](Step& s) { s.precision = Precision::fp16; }));
+  CHECK(differs([](Step& s) { s.mode = Mode::full; }));
+  CHECK(differs([](Step& s) { s.lora.rank = 2; }));
+  CHECK(differs([](Step& s) { s.lora.dropout = 0.1; }));
+  CHECK(differs([](Step& s) { s.gradient_checkpointing = true; }));
+  CHECK(differs([](Step& s) { s.attention = Attention::math; }));
+  CHECK(differs([](Step& s) { s.logits_retained = true; }));
+  CHECK(differs([](Step& s) { s.optimizer = Optimizer::sgd; }));
+  CHECK(differs([](Step& s) { s.grad_accum = 2; }));
+  CHECK(differs([](Step& s) { s.weights = Precision::fp32; }));
+  CHECK(differs([](Step& s) { s.peak_over = PeakOver::first_step; }));
+  CHECK(differs([](Step& s) { s.world_size = 2; }));
+  CHECK(differs([](Step& s) { s.sharding = Sharding::zero1; }));
+  CHECK(differs([](Step& s) { s.shard_group = 2; }));
+  CHECK_FALSE(differs([](Step& s) { s.weights = s.precision; }));
+  static_assert(sizeof(Step) == 96, "a Step field added or removed: update operator== and this test");
 }
 
 TEST_CASE("parse_optimizer reads vramfit's names and the Trainer's") {

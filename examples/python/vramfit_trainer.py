@@ -25,10 +25,11 @@ PATH. A missing executable, bad input (exit status 2: `BadInput`, naming the fla
 or output that is not the expected JSON raise; nothing falls back to a default.
 
 What it predicts: `flags_from_trainer` and the callback use vramfit's `hf-trainer` stack, the
-Trainer's own step: autocast (bf16/fp16, fp32 weights under it), its optimizer (`args.optim`:
-adamw_torch_fused, adamw_torch, adafactor, sgd), gradient accumulation. It is a closed form, an
-upper bound of the allocated peak (no step program of the Trainer is recorded yet), measured 1.01
-to 1.25 of the Trainer's peak on an H100. Next to the flags, `flags_from_trainer` returns the
+Trainer's own step on one GPU: autocast (bf16/fp16, fp32 weights under it), its optimizer
+(`args.optim`: adamw_torch_fused, adamw_torch, adafactor, sgd), gradient accumulation. It is a
+closed form, an upper bound of the allocated peak (no step program of the Trainer is recorded yet),
+measured 1.01 to 1.55 of the Trainer's peak on an H100. A run on several ranks (or with FSDP or
+DeepSpeed) raises ValueError: that step is not modelled. Next to the flags, `flags_from_trainer` returns the
 caveats: what the TrainingArguments set that the CLI cannot express, and the callback warns with
 them. `predict` and `max_batch` take `stack=` like any flag (the CLI's default is `hf-peft`).
 """
@@ -197,11 +198,11 @@ def flags_from_trainer(model, args, seq):
     if weights is not None and precision is None:
         raise ValueError("vramfit models bf16, fp16 or fp32 weights, not %s" % weights)
     autocast = "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else None
-    if autocast:  # hf-trainer's --precision is the autocast dtype; fp32 weights under it: --weights fp32
+    if precision:  # the model's own dtype, whatever its config says (a model cast after loading)
+        flags["weights"] = precision
+    if autocast:  # hf-trainer's --precision is the autocast dtype; fp32 weights under it: mixed precision
         flags["precision"] = autocast
-        if precision == "fp32":
-            flags["weights"] = "fp32"
-        elif precision and precision != autocast:  # bf16 under fp16 autocast, or the reverse: the same sizes
+        if precision and precision not in ("fp32", autocast):  # bf16 under fp16 autocast, or the reverse
             flags["precision"] = precision
             caveats.append("%s weights under %s autocast: predicted as under %s autocast (2-byte activations "
                            "either way)" % (precision, autocast, precision))
@@ -229,16 +230,14 @@ def flags_from_trainer(model, args, seq):
     else:  # the stack's default, fused AdamW: two moments per parameter
         caveats.append("optim=%s is not modelled: vramfit predicts fused AdamW (optim='adamw_torch_fused')" % optim)
     world = getattr(args, "world_size", 1)
-    if world > 1:  # hf-trainer is modelled on one GPU; hf-peft's per-rank model is the plain loop's
-        flags["world_size"] = world
-        flags["stack"] = "hf-peft"
-        dropped = [k for k in ("grad_accum", "weights", "optim") if flags.pop(k, None) is not None]
-        if flags.get("precision") != precision and precision:
-            flags["precision"] = precision
-        caveats.append("%d ranks: the Trainer's step is modelled on one GPU; predicted per rank with the plain "
-                       "loop (hf-peft), without %s" % (world, ", ".join(dropped) or "the Trainer's settings"))
-    if getattr(args, "fsdp", None) or getattr(args, "deepspeed", None):
-        caveats.append("FSDP/DeepSpeed settings are not read: pass sharding=... to the callback")
+    if world > 1 or getattr(args, "fsdp", None) or getattr(args, "deepspeed", None):
+        # The plain loop's per-rank figure reads a Trainer's step far under (fp32 weights: 0.58):
+        # no answer is better than a wrong "fits".
+        raise ValueError("vramfit models the Trainer's step on one GPU (hf-trainer); this run has %d ranks%s. "
+                         "For a per-rank estimate of the plain loop use `vramfit predict --stack hf-peft "
+                         "--world-size N --sharding ...`, which does not model the Trainer"
+                         % (world, " and FSDP/DeepSpeed" if getattr(args, "fsdp", None) or
+                            getattr(args, "deepspeed", None) else ""))
     alloc = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
     if alloc:
         flags["alloc_conf"] = alloc
@@ -247,7 +246,7 @@ def flags_from_trainer(model, args, seq):
 
 def fit_check_callback(seq, budget=None, gpu=None, vramfit=None, **flags):
     """A transformers.TrainerCallback whose on_train_begin predicts the run's step (flags_from_trainer,
-    then `flags` on top, e.g. sharding="full") and raises DoesNotFit before the first step when it does
+    then `flags` on top, e.g. alloc_conf="expandable_segments:True") and raises DoesNotFit before the first step when it does
     not fit budget= (e.g. "23GiB") or gpu= (e.g. "RTX-4090"). The caveats are warned (UserWarning);
     the estimate is kept as the callback's `estimate`."""
     _one_budget(budget, gpu)

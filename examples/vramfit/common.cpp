@@ -94,8 +94,11 @@ NamedModel ModelFlags::resolve() const {
   } else {
     const HfConfig c = load_hf_config(*config);
     m = {config->string(), true, c.shape, c.sliding_window, step};
-    if (c.dtype && stack == Stack::hf_trainer && *c.dtype == Precision::fp32) {
-      // The Trainer loads the config's fp32 weights and autocasts (bf16 unless --precision says).
+    // The config's dtype is the weights'. With hf-trainer and --precision bf16 or fp16 (the
+    // autocast) an fp32 config is mixed precision; without --precision the step runs in the
+    // config's dtype, as a Trainer without bf16/fp16 does (no autocast).
+    if (c.dtype && stack == Stack::hf_trainer && precision_given_ && *c.dtype == Precision::fp32 &&
+        step.precision != Precision::fp32) {
       if (!weights_given_) m.step.weights = Precision::fp32;
     } else if (c.dtype && !precision_given_) {
       m.step.precision = *c.dtype;

@@ -114,7 +114,7 @@ CLI::Option* add_value(CLI::App& app, BadValues& bad, const std::string& flag, c
                        const std::string& help, std::function<void(std::string_view)> read);
 /// Adds the switch `--flag`, which takes no value and is given at most once.
 CLI::Option* add_switch(CLI::App& app, const std::string& flag, bool& on, const std::string& help);
-/// --stack hf-peft|libtorch.
+/// --stack hf-peft|hf-trainer|libtorch.
 CLI::Option* add_stack(CLI::App& app, BadValues& bad, Stack& stack);
 
 /// A whole number of at least 1: no sign, space, fraction or trailing character, at most 64 bits.

@@ -23,7 +23,7 @@ class Replay final : public Command {
 public:
   Replay(CLI::App& parent, BadValues& bad)
       : Command(add_command(
-            parent, "replay", "(--data FILE.jsonl [--stack hf-peft|libtorch] | --trace FILE.jsonl) [--json]",
+            parent, "replay", "(--data FILE.jsonl [--stack hf-peft|hf-trainer|libtorch] | --trace FILE.jsonl) [--json]",
             "predict every step measured in a file (tests/data/*.jsonl) and print predicted, real, pred/real, "
             "verdict; or replay an allocator trace (tests/data/traces/) through the caching-allocator model",
             "0 every prediction at or above the real peak (--trace: the model gives the measured\n"

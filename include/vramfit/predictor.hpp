@@ -276,5 +276,7 @@ using StackPredictor =
 using HfPeftPredictor = StackPredictor<profiles::HfPeft>;
 /// The Probe's LibTorch reference step (profiles::LibTorch).
 using LibTorchPredictor = StackPredictor<profiles::LibTorch>;
+/// transformers.Trainer + PEFT (profiles::HfTrainer): the closed form, an upper bound.
+using HfTrainerPredictor = StackPredictor<profiles::HfTrainer>;
 
 }  // namespace vramfit

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "vramfit/model.hpp"
@@ -85,7 +86,7 @@ struct TargetSet {
   }
   [[nodiscard]] constexpr bool has(Module m) const { return (bits >> static_cast<unsigned>(m)) & 1u; }
   [[nodiscard]] constexpr bool empty() const { return bits == 0; }
-  /// PEFT's default for Llama, Qwen2 and Mistral: q_proj and v_proj.
+  /// PEFT's default for Llama, Qwen2, Qwen3 and Mistral: q_proj and v_proj.
   static constexpr TargetSet peft_default() { return {Module::q_proj, Module::v_proj}; }
   static constexpr TargetSet attention() { return {Module::q_proj, Module::k_proj, Module::v_proj, Module::o_proj}; }
   static constexpr TargetSet all_linear() {
@@ -149,7 +150,15 @@ struct Step {
     }
   }
 
-  friend constexpr bool operator==(const Step&, const Step&) = default;
+  /// Equal steps: every field, the weights compared by their dtype (unset is the precision's).
+  friend constexpr bool operator==(const Step& a, const Step& b) {
+    const auto fields = [](const Step& s) {
+      return std::tie(s.batch, s.seq, s.precision, s.mode, s.lora, s.gradient_checkpointing, s.attention,
+                      s.logits_retained, s.optimizer, s.grad_accum, s.peak_over, s.world_size, s.sharding,
+                      s.shard_group);
+    };
+    return fields(a) == fields(b) && a.weight_precision() == b.weight_precision();
+  }
 };
 
 /// The largest LoRA rank on `targets` of `model`: the smallest min(in, out) of the targeted

@@ -238,7 +238,7 @@ class RecordedKindsNotBuiltIn(unittest.TestCase):
                 ours = step.get("lora_dropout", 0) > 0 if kind == "dropout" else step["optim"] == "sgd-momentum"
                 with self.subTest(kind=kind, line=row["line"]):
                     # Never under: the recorded program where the kind is the file's, else the
-                    # closed form (dropout's tensors; AdamW's state standing in for SGD's).
+                    # closed form (dropout's tensors; SGD's momentum buffer and weight-decay copy).
                     self.assertGreaterEqual(row["predicted_bytes"], row["real_bytes"])
                     if ours:
                         simulated += 1
