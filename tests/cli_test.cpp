@@ -626,6 +626,9 @@ TEST_CASE("cli: bad input exits 2 with one line on stderr naming the flag, and w
       {"trainer_fp16_weights_under_bf16", "--weights", on_small("predict", {"--stack", "hf-trainer", "--weights", "fp16"})},
       {"trainer_on_one_gpu", "--world-size", on_small("predict", {"--stack", "hf-trainer", "--world-size", "2"})},
       {"trainer_not_sharded", "--sharding", on_small("predict", {"--stack", "hf-trainer", "--sharding", "zero1"})},
+      {"trainer_no_fp16_full", "weights",
+       on_small("predict", {"--stack", "hf-trainer", "--mode", "full", "--precision", "fp16"})},
+      {"libtorch_no_qk_norm", "qk_norm", {"predict", "--model", "Qwen3-0.6B", "--stack", "libtorch"}},
 #ifdef VRAMFIT_WITH_PROBE
       {"probe_runs_no_dropout", "--lora-dropout", on_small("probe", {"--lora-dropout", "0.05"})},
       {"probe_runs_adamw_only", "--optim", on_small("probe", {"--optim", "sgd-momentum"})},

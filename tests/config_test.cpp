@@ -128,6 +128,23 @@ TEST_CASE("q/k/v biases by model type") {
   CHECK(parse_hf_config(with_type("qwen2", R"("attention_bias": false)")).shape.qkv_bias);
 }
 
+TEST_CASE("Qwen3: q/k norms, head_dim 128 when absent, optional biases") {
+  const auto qwen3 = [](const std::string& extra = "") {
+    return llama(std::string(R"("model_type": "qwen3")") + (extra.empty() ? "" : ", " + extra));
+  };
+  const ModelShape m = parse_hf_config(qwen3()).shape;
+  CHECK(m.qk_norm);
+  CHECK_FALSE(m.qkv_bias);
+  CHECK(m.head_dim == 128);  // Qwen3Config's default, not hidden / heads (16 here)
+  CHECK(parse_hf_config(qwen3(R"("head_dim": 32)")).shape.head_dimension() == 32);
+  CHECK(parse_hf_config(qwen3(R"("attention_bias": true)")).shape.qkv_bias);
+  CHECK_FALSE(parse_hf_config(llama()).shape.qk_norm);
+  // A sliding window only with use_sliding_window, as Qwen2's.
+  CHECK_FALSE(parse_hf_config(qwen3(R"("sliding_window": 4096)")).sliding_window.has_value());
+  CHECK(parse_hf_config(qwen3(R"("use_sliding_window": true, "sliding_window": 4096, "max_window_layers": 1)"))
+            .sliding_window == 4096u);
+}
+
 TEST_CASE("the MLP is gated whatever hidden_act names") {
   CHECK(parse_hf_config(llama(R"("hidden_act": "silu")")).shape.gated_mlp);
   CHECK(parse_hf_config(llama(R"("hidden_act": "swish")")).shape.gated_mlp);
@@ -147,14 +164,14 @@ TEST_CASE("model_type is required; unsupported ones are named") {
     const Failure none = failure_of(std::string("{") + architectures + body + "}");
     CHECK(none.field == "config.json: model_type");
     CHECK(contains(none.message, "missing"));
-    CHECK(contains(none.message, "llama, qwen2, mistral"));
+    CHECK(contains(none.message, "llama, qwen2, qwen3, mistral"));
   }
   CHECK(failure_of(R"({"model_type": null, )" + body + "}").field == "config.json: model_type");
 
   const Failure gpt2 = failure_of(R"({"model_type": "gpt2", )" + body + "}");
   CHECK(gpt2.field == "config.json: model_type");
   CHECK(contains(gpt2.message, "'gpt2'"));
-  CHECK(contains(gpt2.message, "llama, qwen2, mistral"));
+  CHECK(contains(gpt2.message, "llama, qwen2, qwen3, mistral"));
 
   // architectures is not read: the type alone decides.
   CHECK(parse_hf_config(R"({"model_type": "qwen2", "architectures": ["LlamaForCausalLM"], )" + body + "}").shape.qkv_bias);

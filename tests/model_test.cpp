@@ -99,6 +99,20 @@ TEST_CASE("presets match the published parameter totals") {
   }
 }
 
+TEST_CASE("Qwen3's q/k norms are two head_dim vectors per layer") {
+  // Qwen3-0.6B by hand: per layer q 1024x2048, k and v 1024x1024, o 2048x1024, three 1024x3072 MLP
+  // matrices, two 1024 norms and the 128-wide q_norm and k_norm; its card says 0.44B outside the
+  // (tied) 151936 x 1024 embedding.
+  const std::uint64_t layer = 2097152 + 2 * 1048576 + 2097152 + 3 * 3145728 + 2 * 1024 + 2 * 128;
+  const ModelShape m = *vramfit::find_preset("Qwen3-0.6B");
+  CHECK(m.layer_parameters() == layer);
+  CHECK(m.parameters() == 28 * layer + 151936ULL * 1024 + 1024);
+  CHECK((28 * layer + 5000000) / 10000000 == 44);  // 0.44B
+  ModelShape plain = m;
+  plain.qk_norm = false;
+  CHECK(m.layer_parameters() - plain.layer_parameters() == 2 * 128);
+}
+
 TEST_CASE("every preset is valid and found case-insensitively") {
   for (const auto& p : vramfit::presets) {
     CAPTURE(p.name);

@@ -247,6 +247,23 @@ namespace {
 using HfTrainer = profiles::HfTrainer;
 }  // namespace
 
+TEST_CASE("ActivationTerm: Qwen3's q/k norms save as the layer norms do, per head") {
+  ModelShape qwen3 = small;
+  qwen3.qk_norm = true;
+  // q_norm over 4 heads of 16 (q width 64), k_norm over 2 (kv width 32): each an fp32 copy and an
+  // fp32 rsqrt per head; full fine-tuning adds the bf16 pre-weight copy.
+  const std::uint64_t lora = 4 * 64 + 4 * 4 + 4 * 32 + 4 * 2;
+  CHECK(detail::layer_saved_per_token<HfPeft>(qwen3, lora_qv) - detail::layer_saved_per_token<HfPeft>(small, lora_qv) ==
+        lora);
+  Step full = lora_qv;
+  full.mode = Mode::full;
+  CHECK(detail::layer_saved_per_token<HfPeft>(qwen3, full) - detail::layer_saved_per_token<HfPeft>(small, full) ==
+        lora + 2 * 64 + 2 * 32);
+  // Their backward's fp32 grads of q and k join flash attention's transients.
+  CHECK(detail::layer_backward_transient_per_token<HfPeft>(qwen3, lora_qv) >=
+        detail::layer_backward_transient_per_token<HfPeft>(small, lora_qv));
+}
+
 TEST_CASE("hf-trainer without autocast (fp32) saves what hf-peft saves") {
   Step s = lora_qv;
   s.precision = Precision::fp32;

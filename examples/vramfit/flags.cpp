@@ -76,7 +76,7 @@ void ModelFlags::add(CLI::App& app, BadValues& bad, StepFlagSet set) {
             "a built-in model (see `vramfit presets`), e.g. Qwen2.5-0.5B; or give --config",
             [this](std::string_view v) { model = canonical_preset_name(v); });
   add_value(app, bad, "--config", "PATH",
-            "a Hugging Face config.json (model_type llama, qwen2 or mistral); or give --model",
+            "a Hugging Face config.json (model_type llama, qwen2, qwen3 or mistral); or give --model",
             [this](std::string_view v) { config = std::filesystem::path(v); });
   const std::string list = set.lists ? ", one value or a comma-separated list" : "";
   const std::string numbers = set.lists ? "N[,N...]" : "N";
@@ -126,7 +126,8 @@ void ModelFlags::add(CLI::App& app, BadValues& bad, StepFlagSet set) {
             });
   add_value(app, bad, "--weights", "bf16|fp16|fp32",
             "dtype the weights are loaded in, when it differs from --precision: fp32 under bf16 or fp16 autocast "
-            "(mixed precision; default: --precision, or a config's fp32); needs --stack hf-trainer",
+            "(mixed precision; default: --precision; a config's fp32 when --precision names the autocast); needs "
+            "--stack hf-trainer",
             [this](std::string_view v) {
               step.weights = parse_precision(v, "--weights");
               weights_given_ = true;

@@ -33,6 +33,7 @@ public:
       const ModelShape& m = p.shape;
       std::string other = m.tied_embeddings ? "tied embeddings" : "";
       if (m.qkv_bias) other += other.empty() ? "q/k/v bias" : ", q/k/v bias";
+      if (m.qk_norm) other += other.empty() ? "q/k norms" : ", q/k norms";
       table.add_row({std::string(p.name), describe_count(m.parameters()), fmt::format("{}", m.vocab),
                      fmt::format("{}", m.hidden), fmt::format("{}", m.intermediate), fmt::format("{}", m.layers),
                      fmt::format("{}", m.heads), fmt::format("{}", m.kv_heads), fmt::format("{}", m.head_dimension()),

@@ -149,6 +149,9 @@ public:
     const NamedModel model = flags_.resolve();
     const std::string& name = model.name;
     const ModelShape& shape = model.shape;
+    if (shape.qk_norm)
+      throw InvalidInput(model.from_config ? "--config" : "--model",
+                         "the Probe's reference step has no q/k norms (Qwen3); vramfit predict estimates it");
     const std::string_view stack = flags_.stack == Stack::libtorch ? profiles::LibTorch::name : profiles::HfPeft::name;
     probe::Probe probe(0, reference_options(flags_.stack));
     const probe::StackRecord record = probe::stack_record(0);

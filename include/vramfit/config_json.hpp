@@ -1,19 +1,21 @@
 #pragma once
 /// @file config_json.hpp
-/// Reads a Hugging Face `config.json` (Llama, Qwen2, Mistral) into an `HfConfig`: the `ModelShape`,
+/// Reads a Hugging Face `config.json` (Llama, Qwen2, Qwen3, Mistral) into an `HfConfig`: the `ModelShape`,
 /// the weights' dtype and the attention window. Needs nlohmann-json (target `vramfit::json`); not
 /// included by the umbrella header.
 ///
 /// Defaults for absent fields follow the transformers config classes
-/// (src/transformers/models/{llama,qwen2,mistral}/configuration_*.py in huggingface/transformers):
-/// - `tie_word_embeddings`: false for LlamaConfig, Qwen2Config and MistralConfig.
+/// (src/transformers/models/{llama,qwen2,qwen3,mistral}/configuration_*.py in huggingface/transformers):
+/// - `tie_word_embeddings`: false for LlamaConfig, Qwen2Config, Qwen3Config and MistralConfig.
 /// - `num_key_value_heads`: null means `num_attention_heads` (all three classes). When the field
 ///   is absent LlamaConfig does the same, but Qwen2Config would take 32 and MistralConfig 8, the
 ///   defaults of their Qwen2-7B-beta / Mistral-7B templates; vramfit takes `num_attention_heads`
 ///   for every type (the larger, safe figure for a hand-written config that omits it).
-/// - `head_dim`: null or absent means `hidden_size / num_attention_heads`.
-/// - q/k/v biases: Qwen2Attention always has them; Llama has them (and an o_proj bias) when
-///   `attention_bias` is true (default false); Mistral never.
+/// - `head_dim`: null or absent means `hidden_size / num_attention_heads`; for Qwen3 absent means
+///   Qwen3Config's default, 128.
+/// - q/k/v biases: Qwen2Attention always has them; Llama and Qwen3 have them (and an o_proj bias)
+///   when `attention_bias` is true (default false); Mistral never.
+/// - Qwen3: `q_norm` and `k_norm`, an RMSNorm over each head of q and of k (`ModelShape::qk_norm`).
 /// - The MLP of all three is gated (`down(act(gate(x)) * up(x))`) whatever `hidden_act` names, so
 ///   `gated_mlp` is always true; `hidden_act` is only type-checked. Llama's `mlp_bias: true` is
 ///   refused: `ModelShape` has no MLP biases, and dropping them would under-count.
@@ -21,9 +23,10 @@
 /// vision tower is not modelled. So is every key that changes memory and that vramfit does not
 /// model (`unmodelled_keys`: experts, quantization); a missing `model_type` is an error, not llama.
 /// - `dtype` (transformers 4.56+) or `torch_dtype`: bfloat16, float16 or float32, in `HfConfig::dtype`.
-/// - `sliding_window`: Mistral's (absent: 4096, null: none), Qwen2's when `use_sliding_window` and a
-///   layer uses it, in `HfConfig::sliding_window`; `validate(step, config)` refuses a step it masks.
-/// No key of these three types fuses projections (Phi-3's qkv_proj is another model_type).
+/// - `sliding_window`: Mistral's (absent: 4096, null: none), Qwen2's and Qwen3's when
+///   `use_sliding_window` and a layer uses it, in `HfConfig::sliding_window`; `validate(step, config)`
+///   refuses a step it masks.
+/// No key of these four types fuses projections (Phi-3's qkv_proj is another model_type).
 
 #include <array>
 #include <cmath>
@@ -47,7 +50,7 @@ namespace vramfit {
 namespace detail::hf {
 
 /// The `model_type`s vramfit reads.
-inline constexpr std::array<std::string_view, 3> supported_model_types = {"llama", "qwen2", "mistral"};
+inline constexpr std::array<std::string_view, 4> supported_model_types = {"llama", "qwen2", "qwen3", "mistral"};
 
 inline std::string supported_list() {
   std::string out;
@@ -166,7 +169,7 @@ inline void refuse_unmodelled(const Reader& r) {
     const auto* v = r.find(key);
     if (v == nullptr || *v == 0 || *v == false) continue;
     r.fail(key, "is " + describe_json(*v) + ": " + std::string(what) +
-                    " are not modelled; vramfit predicts dense, unquantized Llama, Qwen2 and Mistral models");
+                    " are not modelled; vramfit predicts dense, unquantized Llama, Qwen2, Qwen3 and Mistral models");
   }
 }
 
@@ -195,8 +198,8 @@ inline std::optional<std::uint64_t> sliding_window(const Reader& r, const nlohma
   if (type == "mistral") {
     // MistralConfig: absent means its default, 4096; null means full attention.
     if (!config.contains("sliding_window")) return 4096;
-  } else if (type == "qwen2") {
-    // Qwen2Config: only with use_sliding_window, and only in the layers from max_window_layers on
+  } else if (type == "qwen2" || type == "qwen3") {
+    // Qwen2Config and Qwen3Config: only with use_sliding_window, and only in the layers from max_window_layers on
     // (default 28), or those that layer_types names "sliding_attention".
     if (!r.optional_bool("use_sliding_window", false)) return std::nullopt;
     if (const auto* types = r.find("layer_types")) {
@@ -300,14 +303,16 @@ inline HfConfig parse_hf_config(std::string_view json_text, std::string_view sou
   m.heads = r.required_integer("num_attention_heads");
   m.kv_heads = r.optional_integer("num_key_value_heads").value_or(m.heads);
   m.head_dim = r.optional_integer("head_dim").value_or(0);
+  if (type == "qwen3" && r.find("head_dim") == nullptr) m.head_dim = 128;  // Qwen3Config's default
   if (r.find("head_dim") != nullptr && m.head_dim == 0) r.fail("head_dim", "must be positive, got 0");
   m.tied_embeddings = r.optional_bool("tie_word_embeddings", false);
   (void)r.optional_string("hidden_act");
   m.gated_mlp = true;
   if (type == "qwen2") {
     m.qkv_bias = true;
-  } else if (type == "llama") {
+  } else if (type == "llama" || type == "qwen3") {
     m.qkv_bias = r.optional_bool("attention_bias", false);
+    m.qk_norm = type == "qwen3";
     if (r.optional_bool("mlp_bias", false))
       r.fail("mlp_bias", "true is not supported: vramfit's model shape has no MLP biases");
   } else {

@@ -220,7 +220,7 @@ decltype(auto) visit_stack(Stack s, F&& f) {
 /// Throws `InvalidInput` for a step the stack does not run: gradient accumulation and mixed
 /// precision are the Trainer's (hf-trainer), which runs on one GPU here; the LibTorch reference
 /// step runs its own AdamW and no dropout.
-inline void validate_for_stack(const Step& s, Stack stack) {
+inline void validate_for_stack(const ModelShape& m, const Step& s, Stack stack) {
   if (stack != Stack::hf_trainer) {
     if (s.grad_accum != 1)
       throw InvalidInput("grad accum", fmt::format("gradient accumulation is modelled for the Trainer's step "
@@ -232,10 +232,20 @@ inline void validate_for_stack(const Step& s, Stack stack) {
   } else if (!s.single_gpu()) {
     throw InvalidInput("world size", "the hf-trainer stack is modelled on one GPU (world size 1, no sharding); "
                                      "hf-peft models several ranks");
+  } else if (s.mode == Mode::full && s.weight_precision() == Precision::fp16) {
+    // Under fp16 autocast (hf-trainer's fp16) the Trainer's GradScaler.unscale_ raises "Attempting
+    // to unscale FP16 gradients." (torch/amp/grad_scaler.py) for fp16 weights that train.
+    throw InvalidInput("weights", "the Trainer does not fine-tune fp16 weights in full (its grad scaler refuses "
+                                  "fp16 grads): load fp32 weights (--weights fp32) under fp16 autocast");
   }
+  if (!s.single_gpu() && s.optimizer == Optimizer::adafactor)
+    throw InvalidInput("optim", "Adafactor is modelled on one GPU; on several ranks give adamw, adamw-fused or sgd");
   if (stack == Stack::libtorch) {
     if (s.lora_dropout())
       throw InvalidInput("lora dropout", "the libtorch stack's step (the Probe's reference step) runs no dropout");
+    if (m.qk_norm)
+      throw InvalidInput("qk_norm", "the libtorch stack's step (the Probe's reference step) has no q/k norms (Qwen3): "
+                                    "give --stack hf-peft or hf-trainer");
     if (s.optimizer != Optimizer::adamw)
       throw InvalidInput("optim", "the libtorch stack's step (the Probe's reference step) runs torch::optim::AdamW only");
   }
@@ -295,7 +305,7 @@ namespace detail {
 /// search needs of most values it tries. `known`: the verdict an earlier call gave these inputs.
 inline Estimate estimate_run(const ModelShape& model, const Step& step, Stack stack, const RunContext& context,
                              bool peaks, const BudgetVerdict* known = nullptr) {
-  validate_for_stack(step, stack);
+  validate_for_stack(model, step, stack);
   return detail::visit_stack(stack, [&](auto def) {
     using Definition = decltype(def);
     const typename Definition::predictor predictor;

@@ -58,6 +58,7 @@ inline std::string describe(const ModelShape& m) {
   if (m.heads != 0) out += fmt::format(", head_dim {}", m.head_dimension());
   if (m.tied_embeddings) out += ", tied embeddings";
   if (m.qkv_bias) out += ", q/k/v bias";
+  if (m.qk_norm) out += ", q/k norms";
   return out + fmt::format(", {} parameters", describe_count(m.parameters()));
 }
 

@@ -8,7 +8,8 @@
 ///
 /// Schema (keys; every count a non-negative integer):
 /// - ModelShape: vocab, hidden, intermediate, layers, heads, kv_heads, head_dim (0 or absent:
-///   hidden / heads), tied_embeddings, qkv_bias, gated_mlp (booleans, absent: false, false, true).
+///   hidden / heads), tied_embeddings, qkv_bias, gated_mlp, qk_norm (booleans, absent: false, false,
+///   true, false).
 /// - Step: batch, seq, precision, mode, lora_rank and lora_targets (an array of projection names;
 ///   only in LoRA mode; lora_dropout), gradient_checkpointing, attention, logits_retained, optim,
 ///   grad_accum, weights (the weights' dtype; hf-trainer's mixed precision where it is not the precision), peak_over
@@ -76,7 +77,7 @@ void to_json(Json& j, const ModelShape& m) {
        {"intermediate", m.intermediate}, {"layers", m.layers},
        {"heads", m.heads},       {"kv_heads", m.kv_heads},
        {"head_dim", m.head_dimension()}, {"tied_embeddings", m.tied_embeddings},
-       {"qkv_bias", m.qkv_bias}, {"gated_mlp", m.gated_mlp}};
+       {"qkv_bias", m.qkv_bias}, {"gated_mlp", m.gated_mlp}, {"qk_norm", m.qk_norm}};
 }
 
 /// Reads and validates a shape.
@@ -92,6 +93,7 @@ inline void from_json(const nlohmann::json& j, ModelShape& m) {
   if (detail::json_has(j, "head_dim")) m.head_dim = detail::json_count(j, "head_dim");
   m.tied_embeddings = detail::json_bool(j, "tied_embeddings", false);
   m.qkv_bias = detail::json_bool(j, "qkv_bias", false);
+  m.qk_norm = detail::json_bool(j, "qk_norm", false);
   m.gated_mlp = detail::json_bool(j, "gated_mlp", true);
   validate(m);
 }

@@ -50,6 +50,7 @@ struct ModelShape {
   bool tied_embeddings = false;    ///< lm_head shares the embedding matrix
   bool qkv_bias = false;           ///< q/k/v projections carry a bias (Qwen2)
   bool gated_mlp = true;           ///< SwiGLU (gate, up, down); false: up, activation, down
+  bool qk_norm = false;            ///< an RMSNorm over each head of q and of k (Qwen3's q_norm, k_norm)
 
   [[nodiscard]] constexpr std::uint64_t head_dimension() const { return head_dim != 0 ? head_dim : hidden / heads; }
   /// Width of the query projection's output (heads x head_dim).
@@ -73,7 +74,8 @@ struct ModelShape {
     return {};
   }
 
-  /// Parameters of one decoder layer: projections, q/k/v biases, two RMSNorm weights.
+  /// Parameters of one decoder layer: projections, q/k/v biases, two RMSNorm weights (four with
+  /// q/k norms, head_dim each).
   [[nodiscard]] constexpr std::uint64_t layer_parameters() const {
     using detail::checked_add;
     using detail::checked_mul;
@@ -82,6 +84,7 @@ struct ModelShape {
     std::uint64_t n = checked_mul(hidden, checked_add(checked_add(q, q), checked_add(kv, kv)));
     n = checked_add(n, checked_mul(checked_mul(hidden, intermediate), gated_mlp ? 3 : 2));
     if (qkv_bias) n = checked_add(n, checked_add(q, checked_add(kv, kv)));
+    if (qk_norm) n = checked_add(n, checked_mul(2, head_dimension()));
     return checked_add(n, checked_add(hidden, hidden));
   }
   /// Parameters of the embedding matrix (vocab x hidden).

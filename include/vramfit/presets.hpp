@@ -20,7 +20,8 @@ struct Preset {
 };
 
 /// The built-in shapes, one row each, in ModelShape's field order: vocab, hidden, intermediate,
-/// layers, heads, kv_heads, head_dim, tied_embeddings, qkv_bias (false where left out).
+/// layers, heads, kv_heads, head_dim, tied_embeddings, qkv_bias, gated_mlp, qk_norm (false, true,
+/// false where left out).
 inline constexpr std::array presets = {
     Preset{"SmolLM2-135M",    {49152, 576, 1536, 30, 9, 3, 64, true}},
     Preset{"SmolLM2-360M",    {49152, 960, 2560, 32, 15, 5, 64, true}},
@@ -29,6 +30,8 @@ inline constexpr std::array presets = {
     Preset{"Qwen2.5-1.5B",    {151936, 1536, 8960, 28, 12, 2, 128, true, true}},
     Preset{"Qwen2.5-3B",      {151936, 2048, 11008, 36, 16, 2, 128, true, true}},
     Preset{"Qwen2.5-7B",      {152064, 3584, 18944, 28, 28, 4, 128, false, true}},
+    Preset{"Qwen3-0.6B",      {151936, 1024, 3072, 28, 16, 8, 128, true, false, true, true}},
+    Preset{"Qwen3-8B",        {151936, 4096, 12288, 36, 32, 8, 128, false, false, true, true}},
     Preset{"Llama-3.2-1B",    {128256, 2048, 8192, 16, 32, 8, 64, true}},
     Preset{"Llama-3.2-3B",    {128256, 3072, 8192, 28, 24, 8, 128, true}},
     Preset{"Llama-3.1-8B",    {128256, 4096, 14336, 32, 32, 8, 128, false}},

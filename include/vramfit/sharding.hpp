@@ -63,6 +63,10 @@ constexpr void for_each_parameter_tensor(const ModelShape& m, const Step& s, std
   }
   f(ParameterTensor{false, false, full, e, m.hidden, 1});  // input_layernorm
   f(ParameterTensor{false, false, full, e, m.hidden, 1});  // post_attention_layernorm
+  if (m.qk_norm) {
+    f(ParameterTensor{false, false, full, e, m.head_dimension(), 1});  // q_norm
+    f(ParameterTensor{false, false, full, e, m.head_dimension(), 1});  // k_norm
+  }
 }
 
 /// Bytes of a set of tensors: whole, as rank 0's shard (ceil(rows / S) rows each) and as FSDP2

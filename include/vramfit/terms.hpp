@@ -77,10 +77,10 @@ struct InputGroup {
 
 /// The tensors one decoder layer saves for backward, each as bytes per token.
 struct SavedTensors {
-  // At most 6 (norms) + 5 (attention) + 3 (MLP) + 21 (adapters on all seven projections, with
-  // dropout: input copy, mask, lora_A's output) = 35 tensors; full fine-tuning has no adapters and
-  // at most 6 projection inputs (one per projection under mixed precision).
-  std::uint64_t per_token[40];  // only [0, count) is ever read
+  // At most 6 (norms) + 6 (q/k norms) + 5 (attention) + 3 (MLP) + 21 (adapters on all seven
+  // projections, with dropout: input copy, mask, lora_A's output) = 41 tensors; full fine-tuning has
+  // no adapters and at most 6 projection inputs (one per projection under mixed precision).
+  std::uint64_t per_token[48];  // only [0, count) is ever read
   std::size_t count = 0;
   constexpr void add(std::uint64_t bytes) { per_token[count++] = bytes; }
   [[nodiscard]] constexpr std::uint64_t total() const {
@@ -123,6 +123,15 @@ constexpr SavedTensors layer_saved_tensors(const ModelShape& m, const Step& s) {
   t.add(e * m.kv_width());
   t.add(e * m.q_width());
   t.add(4 * m.heads);
+  if (m.qk_norm) {
+    // Qwen3's q_norm and k_norm: an RMSNorm over each head (Qwen3RMSNorm, LlamaRMSNorm's code), saving
+    // its fp32 copy and an fp32 rsqrt per head; the pre-weight copy (q's dtype) when the weight trains.
+    for (const auto [width, heads] : {std::pair{m.q_width(), m.heads}, std::pair{m.kv_width(), m.kv_heads}}) {
+      t.add(4 * width);
+      t.add(4 * heads);
+      if (full) t.add(e * width);
+    }
+  }
   for (int k = 0; k < (m.gated_mlp ? 3 : 1); ++k) t.add(e * m.intermediate);
 
   const InputGroup groups[] = {
@@ -182,7 +191,7 @@ constexpr std::uint64_t layer_saved_per_token(const ModelShape& m, const Step& s
  * its fp32 conversion at the widest adapted input; with dropout a second adapter-dtype copy.
  */
 struct TransientTensors {
-  std::uint64_t per_token[24];  // at most 2 + 11 (attention) + 2 + 3 = 18; only [0, count) is read
+  std::uint64_t per_token[24];  // at most 2 + 13 (attention) + 2 + 3 = 20; only [0, count) is read
   std::size_t count = 0;
   constexpr void add(std::uint64_t bytes, std::uint64_t n = 1) {
     for (std::uint64_t k = 0; k < n; ++k) per_token[count++] = bytes;
@@ -203,14 +212,18 @@ constexpr TransientTensors autocast_backward_transients(const ModelShape& m, con
   attention.add(4 * m.q_width());
   attention.add(4 * m.heads);
   if (m.kv_heads != m.heads) attention.add(e * m.q_width(), 2);
-  if (r != e) {
-    attention.add(r * m.q_width(), 2);
-    attention.add(r * m.kv_width(), 2);
+  if (m.qk_norm) {
+    attention.add(4 * m.q_width());
+    attention.add(4 * m.kv_width());
   }
-  out.add(r * m.hidden, 2);
+  if (r != e) {
+    attention.add(checked_mul(r, m.q_width()), 2);
+    attention.add(checked_mul(r, m.kv_width()), 2);
+  }
+  out.add(checked_mul(r, m.hidden), 2);
   const TransientTensors& larger = mlp.total() > attention.total() ? mlp : attention;
   for (std::size_t k = 0; k < larger.count; ++k) out.add(larger.per_token[k]);
-  if (r != e) out.add(r * m.hidden, 2);
+  if (r != e) out.add(checked_mul(r, m.hidden), 2);
   std::uint64_t widest = 0;
   for (Module mod : all_modules)
     if (m.has(mod) && s.adapted(mod)) widest = std::max(widest, m.dims(mod).in);
@@ -239,6 +252,8 @@ constexpr std::uint64_t layer_backward_transient_per_token(const ModelShape& m, 
   if (s.adapted(Module::down_proj) && a != e) mlp += (a + e) * m.intermediate;
   std::uint64_t attention = e * (m.q_width() + 2 * m.kv_width()) + 4 * m.q_width() + 4 * m.heads;
   if (m.kv_heads != m.heads) attention += 2 * e * m.q_width();
+  // q/k norms: their backward's fp32 grads of q and k.
+  if (m.qk_norm) attention += 4 * (m.q_width() + m.kv_width());
   // With LoRA dropout, dropout's backward (grad x mask / (1 - p)) is a second adapter-dtype copy of
   // an adapted projection's input grad beside lora_A's: the widest such input, on top.
   std::uint64_t dropout = 0;
@@ -311,7 +326,8 @@ constexpr Bytes score_elements(const ModelShape& m, const Step& s) {
 /// Trainer fetches for the whole step before its first micro-batch (`get_batch_samples`).
 template <StackProfile P>
 constexpr Bytes token_buffers(const Step& s) {
-  return bytes_of(P::figures.token_buffer_bytes, {s.tokens()}) + bytes_of(2 * 8, {s.tokens(), s.grad_accum - 1});
+  const std::uint64_t others = s.grad_accum > 1 ? s.grad_accum - 1 : 0;
+  return bytes_of(P::figures.token_buffer_bytes, {s.tokens()}) + bytes_of(2 * 8, {s.tokens(), others});
 }
 
 
@@ -321,42 +337,30 @@ struct TrainableTensors {
   std::uint64_t largest = 0;  ///< elements of the largest
   /// Adafactor's second-moment elements: a row and a column vector per matrix, the whole of a vector.
   std::uint64_t factored = 0;
+  std::uint64_t longest = 0;  ///< the longest of those vectors
 };
 constexpr TrainableTensors trainable_tensors(const ModelShape& m, const Step& s) {
   TrainableTensors t;
-  std::uint64_t layer_count = 0, layer_factored = 0;
-  const auto matrix = [&](std::uint64_t rows, std::uint64_t cols, std::uint64_t& count, std::uint64_t& factored) {
-    ++count;
-    factored = checked_add(factored, checked_add(rows, cols));
-    t.largest = std::max(t.largest, checked_mul(rows, cols));
-  };
-  const auto vector = [&](std::uint64_t n, std::uint64_t& count, std::uint64_t& factored) {
-    ++count;
-    factored = checked_add(factored, n);
-    t.largest = std::max(t.largest, n);
-  };
-  if (s.mode == Mode::full) {
-    for (Module mod : all_modules)
-      if (m.has(mod)) matrix(m.dims(mod).out, m.dims(mod).in, layer_count, layer_factored);
-    if (m.qkv_bias) {
-      vector(m.q_width(), layer_count, layer_factored);
-      vector(m.kv_width(), layer_count, layer_factored);
-      vector(m.kv_width(), layer_count, layer_factored);
-    }
-    vector(m.hidden, layer_count, layer_factored);
-    vector(m.hidden, layer_count, layer_factored);
-    for (int k = 0; k < (m.tied_embeddings ? 1 : 2); ++k) matrix(m.vocab, m.hidden, t.count, t.factored);
-    vector(m.hidden, t.count, t.factored);
-  } else {
-    for (Module mod : all_modules)
-      if (m.has(mod) && s.adapted(mod)) {
-        matrix(s.lora.rank, m.dims(mod).in, layer_count, layer_factored);
-        matrix(m.dims(mod).out, s.lora.rank, layer_count, layer_factored);
-      }
-  }
-  t.count = checked_add(t.count, checked_mul(layer_count, m.layers));
-  t.factored = checked_add(t.factored, checked_mul(layer_factored, m.layers));
+  for_each_parameter_tensor(m, s, 1, 1, [&](const ParameterTensor& p) {
+    if (!p.trainable) return;
+    const std::uint64_t copies = p.root ? 1 : m.layers;
+    t.count = checked_add(t.count, copies);
+    t.largest = std::max(t.largest, checked_mul(p.rows, p.row_elements));
+    const std::uint64_t factored = p.row_elements == 1 ? p.rows : checked_add(p.rows, p.row_elements);
+    t.longest = std::max({t.longest, p.rows, p.row_elements});
+    t.factored = checked_add(t.factored, checked_mul(factored, copies));
+  });
   return t;
+}
+
+/// Adapter parameters (lora_A: r x d_in, lora_B: d_out x r) over all layers; 0 without LoRA.
+constexpr std::uint64_t adapter_parameter_count(const ModelShape& m, const Step& s) {
+  if (s.mode != Mode::lora) return 0;
+  std::uint64_t n = 0;
+  for (Module mod : all_modules)
+    if (m.has(mod) && s.adapted(mod))
+      n = checked_add(n, checked_mul(s.lora.rank, checked_add(m.dims(mod).in, m.dims(mod).out)));
+  return checked_mul(n, m.layers);
 }
 
 /// What an optimizer keeps from its first step on (`state`) and adds during its update.
@@ -405,10 +409,7 @@ constexpr AutocastCopies autocast_copies(const ModelShape& m, const Step& s) {
   if (!autocasts<P>(s)) return out;
   const std::uint64_t e = element_bytes(s.precision);
   if (s.mode == Mode::lora && adapter_element_bytes<P>(s) != e) {
-    std::uint64_t n = 0;
-    for (Module mod : all_modules)
-      if (m.has(mod) && s.adapted(mod)) n = checked_add(n, checked_mul(s.lora.rank, m.dims(mod).in + m.dims(mod).out));
-    const Bytes adapters = bytes_of(e, {n, m.layers});
+    const Bytes adapters = bytes_of(e, {adapter_parameter_count(m, s)});
     out = {adapters, adapters, adapters, adapters};
   }
   if (weight_bytes(s) == e) return out;
@@ -418,7 +419,7 @@ constexpr AutocastCopies autocast_copies(const ModelShape& m, const Step& s) {
       layer = checked_add(layer, checked_mul(m.dims(mod).in, m.dims(mod).out));
       largest = std::max(largest, checked_mul(m.dims(mod).in, m.dims(mod).out));
     }
-  if (m.qkv_bias) layer = checked_add(layer, m.q_width() + 2 * m.kv_width());
+  if (m.qkv_bias) layer = checked_add(layer, checked_add(m.q_width(), checked_mul(2, m.kv_width())));
   const Bytes one_layer = bytes_of(e, {layer});
   const Bytes all_layers = bytes_of(e, {layer, m.layers});
   const Bytes head = bytes_of(e, {m.embedding_parameters()});
@@ -510,9 +511,13 @@ struct LogitsTerm {
 };
 
 /**
- * Weights, LoRA adapters, grads, AdamW's two moments (in the parameter's dtype) and the update's
- * temporaries. Grads appear during the backward; moments exist from the first optimizer step on
- * (`PeakOver::steady`). On several ranks: rank 0's (sharding.hpp).
+ * Weights, LoRA adapters, grads, the optimizer's state (`detail::optimizer_bytes`: AdamW's two
+ * moments, Adafactor's factored ones, SGD's buffer) and the update's temporaries; under autocast
+ * its weight copies (`detail::autocast_copies`); with gradient accumulation the grads held through
+ * the next micro-batch. Grads appear during the backward; the state exists from the first
+ * optimizer step on (`PeakOver::steady`). On several ranks: rank 0's (sharding.hpp), AdamW's state
+ * counted for every optimizer (a bound for fused AdamW and SGD). A stack whose profile does not
+ * autocast refuses accumulation and mixed precision (`InvalidInput`), which only the Trainer runs.
  * @tparam P the stack profile
  */
 template <StackProfile P>
@@ -522,18 +527,21 @@ struct ParameterTerm {
 
   /// Adapter parameters (lora_A: r x d_in, lora_B: d_out x r) over all layers.
   static constexpr std::uint64_t adapter_parameters(const ModelShape& m, const Step& s) {
-    if (s.mode != Mode::lora) return 0;
-    std::uint64_t n = 0;
-    for (Module mod : all_modules)
-      if (m.has(mod) && s.adapted(mod))
-        n = detail::checked_add(n, detail::checked_mul(s.lora.rank, m.dims(mod).in + m.dims(mod).out));
-    return detail::checked_mul(n, m.layers);
+    return detail::adapter_parameter_count(m, s);
   }
 
   constexpr PhaseBytes operator()(const ModelShape& m, const Step& s) const {
     const std::uint64_t e = element_bytes(s.precision);
     const std::uint64_t w = detail::weight_bytes(s);
     const std::uint64_t a = detail::adapter_element_bytes<P>(s);
+    if constexpr (!P::figures.autocast) {
+      if (s.grad_accum != 1)
+        throw InvalidInput("grad accum", "gradient accumulation is modelled for the Trainer's step (stack hf-trainer), "
+                                         "not " + std::string(P::name));
+      if (s.mixed_precision())
+        throw InvalidInput("weights", "fp32 weights under autocast are the Trainer's mixed precision (stack "
+                                      "hf-trainer); " + std::string(P::name) + " runs weights in the step's precision");
+    }
     if (!s.single_gpu()) return detail::sharded_parameter_bytes(m, s, {e, a, P::figures.adamw});
     const bool full = s.mode == Mode::full;
     const Bytes weights = bytes_of(w, {m.parameters()});
@@ -574,7 +582,7 @@ struct ParameterTerm {
 /**
  * The caching allocator's slack, bounded: what its rules let it count as allocated beyond what
  * the live tensors asked for, `detail::block_slack_bound` summed over every tensor live at each
- * phase (weights, adapters, grads, moments, AdamW's temporaries, saved activations, the backward's
+ * phase (weights, adapters, grads, the optimizer's state and temporaries, saved activations, the backward's
  * transients, the loss's buffers), plus the autograd thread's cuBLASLt workspace, which a process
  * may hold and `WorkspaceTerm` leaves out. Makes the closed form an upper bound of the allocated peak.
  * @tparam P the stack profile
@@ -586,6 +594,7 @@ struct AllocatorSlackTerm {
 
   constexpr PhaseBytes operator()(const ModelShape& m, const Step& s) const {
     using detail::blocks_slack_bound;
+    using detail::checked_add;
     using detail::checked_mul;
     const std::uint64_t e = element_bytes(s.precision);
     const std::uint64_t w = detail::weight_bytes(s);
@@ -615,6 +624,7 @@ struct AllocatorSlackTerm {
       layer_copies += blocks_slack_bound(e * m.q_width()) + blocks_slack_bound(e * m.kv_width(), 2);
     }
     layer_weights += blocks_slack_bound(w * m.hidden, 2);
+    if (m.qk_norm) layer_weights += blocks_slack_bound(w * m.head_dimension(), 2);
     const Bytes head_weights = blocks_slack_bound(checked_mul(w, m.embedding_parameters()), m.tied_embeddings ? 1 : 2) +
                                blocks_slack_bound(w * m.hidden);
     const Bytes weights = layer_weights * m.layers + head_weights;
@@ -627,7 +637,7 @@ struct AllocatorSlackTerm {
     const std::uint64_t g = full ? w : a;
     // The optimizer's state: a block per moment (AdamW), step count (fused) or Adafactor vector
     // (each under 1 MiB but for vocabularies past 262,144: 512 B of rounding, else the 1 MiB more).
-    const Bytes small_block(512 + (checked_mul(4, std::max(m.vocab, m.intermediate)) > (1ULL << 20) ? 1ULL << 20 : 0));
+    const Bytes small_block(512 + (checked_mul(4, tensors.longest) > (1ULL << 20) ? 1ULL << 20 : 0));
     Bytes moments;
     Bytes temporaries = trainable;
     switch (s.optimizer) {
@@ -672,16 +682,27 @@ struct AllocatorSlackTerm {
                       blocks_slack_bound(checked_mul(e * m.kv_width(), T), 2) +
                       blocks_slack_bound(checked_mul(4 * m.q_width(), T)) + blocks_slack_bound(checked_mul(4 * m.heads, T));
     if (m.kv_heads != m.heads) attention += blocks_slack_bound(checked_mul(e * m.q_width(), T), 2);
+    if (m.qk_norm)
+      attention += blocks_slack_bound(checked_mul(4 * m.q_width(), T)) + blocks_slack_bound(checked_mul(4 * m.kv_width(), T));
     Bytes transient = blocks_slack_bound(checked_mul(e * m.hidden, T), 2) + max(mlp, attention) + transient_scores;
+    if (s.lora_dropout()) {  // dropout's second copy of the widest adapted input's grad
+      std::uint64_t widest = 0;
+      for (Module mod : all_modules)
+        if (m.has(mod) && s.adapted(mod)) widest = std::max(widest, m.dims(mod).in);
+      transient += blocks_slack_bound(checked_mul(checked_mul(a, widest), T));
+    }
     if (autocast) {  // the same tensors `layer_backward_transient_per_token` counts under autocast
       const detail::TransientTensors t = detail::autocast_backward_transients(m, s, a);
       transient = transient_scores;
       for (std::size_t k = 0; k < t.count; ++k) transient += blocks_slack_bound(checked_mul(t.per_token[k], T));
     }
     // The final norm's saved set and lm_head's input; ids, labels, cos and sin; the embedding's grad.
-    Bytes head = blocks_slack_bound(checked_mul(r * m.hidden, T), full ? 2 : 1) + blocks_slack_bound(checked_mul(4, T));
+    // (The final norm's output in the residual's dtype; full: lm_head's input in the compute dtype.)
+    Bytes head = blocks_slack_bound(checked_mul(r * m.hidden, T)) +
+                 (full ? blocks_slack_bound(checked_mul(e * m.hidden, T)) : Bytes{}) + blocks_slack_bound(checked_mul(4, T));
     if constexpr (P::figures.norm == NormSaves::fp32_upcast) head += blocks_slack_bound(checked_mul(4 * m.hidden, T));
-    const Bytes fixed = blocks_slack_bound(checked_mul(8, T), P::figures.token_buffer_bytes / 8 + 2 * (s.grad_accum - 1)) +
+    const std::uint64_t other_batches = s.grad_accum > 1 ? checked_mul(2, s.grad_accum - 1) : 0;
+    const Bytes fixed = blocks_slack_bound(checked_mul(8, T), checked_add(P::figures.token_buffer_bytes / 8, other_batches)) +
                         blocks_slack_bound(checked_mul(r * s.seq, m.head_dimension()), 2);
     // Gradient accumulation: the earlier grads through the forward, a new grad in flight.
     const bool accumulates = s.grad_accum > 1;
@@ -720,7 +741,7 @@ struct AllocatorSlackTerm {
         persistent + held_grads + new_grad + copies.backward_top + top_grads + stack.top + transient + fixed + kept;
     out[Phase::backward_bottom] += persistent + trainable + new_grad + copies.backward_bottom + tied_extra +
                                   stack.bottom + transient + fixed + embedding_backward + kept;
-    const Bytes scratch(P::figures.clips_grad_norm ? checked_mul(508, checked_mul(2, tensors.count + 4)) : 0);
+    const Bytes scratch(P::figures.clips_grad_norm ? checked_mul(508, checked_mul(2, checked_add(tensors.count, 4))) : 0);
     out[Phase::optimizer_step] += weights + adapters + trainable + moments + temporaries + scratch + kept;
     return out;
   }

@@ -40,6 +40,7 @@ vramfit::ModelShape decode_shape(FuzzedDataProvider& in) {
   m.tied_embeddings = in.ConsumeBool();
   m.qkv_bias = in.ConsumeBool();
   m.gated_mlp = in.ConsumeIntegralInRange<int>(0, 3) != 0;
+  m.qk_norm = in.ConsumeIntegralInRange<int>(0, 3) == 0;
   return m;
 }
 
@@ -94,7 +95,7 @@ void check_estimate(const vramfit::ModelShape& m, const vramfit::Step& s, vramfi
   const typename Definition::predictor predictor;
   // Arguments that pass validate (and the stack's own checks) get an estimate or an Overflow, never
   // an InvalidInput.
-  const bool valid = vramfit::fuzz::accepts([&] { validate(m), validate(s, m), detail::validate_for_stack(s, stack); });
+  const bool valid = vramfit::fuzz::accepts([&] { validate(m), validate(s, m), detail::validate_for_stack(m, s, stack); });
   const auto run = [&] { return estimate(m, s, stack); };
   const auto e = valid ? vramfit::fuzz::attempt_valid(run) : attempt(run);
   if (e) {

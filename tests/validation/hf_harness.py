@@ -55,9 +55,12 @@ _PRESET_ROWS = [
     ("Qwen2.5-0.5B", "qwen2", 32768, None, 151936, 896, 4864, 24, 14, 2, 64, True, True),
     ("TinyLlama-1.1B", "llama", 16384, None, 32000, 2048, 5632, 22, 32, 4, 64, False, False),
     ("Llama-3.2-1B", "llama", 16384, None, 128256, 2048, 8192, 16, 32, 8, 64, True, False),
+    ("Qwen3-0.6B", "qwen3", 40960, None, 151936, 1024, 3072, 28, 16, 8, 128, True, False),
 ]
+# Qwen3's q_norm and k_norm: a shape field the arch implies (vramfit's ModelShape::qk_norm), written
+# into the rows of qwen3 arms only.
 PRESETS = {name: {"arch": arch, "max_position_embeddings": mpe, "rms_norm_eps": eps,
-                  "shape": dict(zip(SHAPE_KEYS, shape))}
+                  "shape": dict(zip(SHAPE_KEYS, shape), **({"qk_norm": True} if arch == "qwen3" else {}))}
            for name, arch, mpe, eps, *shape in _PRESET_ROWS}
 
 ARM_KEYS = {"model", "shape", "arch", "name", "mode", "lora_rank", "lora_targets", "lora_dropout", "optim",
@@ -171,11 +174,14 @@ def normalize_arm(raw, for_max_batch=False):
         if not isinstance(shape, dict):
             raise ArmSpecError("an arm needs model (a preset name) or shape (an object)")
         arch = raw.get("arch", "llama")
-        if arch not in ("llama", "qwen2", "mistral"):
-            raise ArmSpecError("arch must be llama, qwen2 or mistral, got %r" % (arch,))
-        bad = sorted(set(shape) - set(SHAPE_KEYS))
+        if arch not in ("llama", "qwen2", "qwen3", "mistral"):
+            raise ArmSpecError("arch must be llama, qwen2, qwen3 or mistral, got %r" % (arch,))
+        bad = sorted(set(shape) - set(SHAPE_KEYS) - {"qk_norm"})
         if bad:
             raise ArmSpecError("unknown shape field(s) %s" % bad)
+        # qk_norm follows from the arch (a normalized arm, as --isolate hands it on, carries it).
+        if _as_bool(shape.get("qk_norm", arch == "qwen3"), "shape.qk_norm") != (arch == "qwen3"):
+            raise ArmSpecError("shape.qk_norm is Qwen3's q_norm and k_norm: true for arch qwen3 only")
         s = {}
         for k in ("vocab", "hidden", "intermediate", "layers", "heads"):
             if k not in shape:
@@ -191,6 +197,8 @@ def normalize_arm(raw, for_max_batch=False):
             raise ArmSpecError("arch qwen2 always has q/k/v bias; use arch llama for a bias-free shape")
         if arch == "mistral" and s["qkv_bias"]:
             raise ArmSpecError("arch mistral has no q/k/v bias; use qwen2 (or llama: bias on q,k,v,o)")
+        if arch == "qwen3":
+            s["qk_norm"] = True
         arm["model"] = raw.get("name") or "custom"
         arm["arch"] = arch
         arm["shape"] = s
@@ -577,7 +585,7 @@ def sdpa_note_for_shape(shape, seq=1024):
 # --------------------------------------------------------------------------
 
 def make_config(arm, max_seq):
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
     s = arm["shape"]
     mpe = arm["max_position_embeddings"] or max(32768, int(max_seq))
     common = dict(
@@ -602,6 +610,9 @@ def make_config(arm, max_seq):
         if int(s["head_dim"]) != int(s["hidden"]) // int(s["heads"]):
             common["head_dim"] = int(s["head_dim"])
         return Qwen2Config(**common)
+    if arch == "qwen3":
+        # Qwen3Config.attention_bias, as Llama's, puts a bias on q, k, v and o; q_norm and k_norm always.
+        return Qwen3Config(head_dim=int(s["head_dim"]), attention_bias=bool(s["qkv_bias"]), **common)
     if arch == "mistral":
         # sliding_window=None keeps plain causal attention (no explicit mask) at every length.
         return MistralConfig(head_dim=int(s["head_dim"]), sliding_window=None, **common)
@@ -1898,7 +1909,7 @@ def parse_args(argv):
                      help="built-in plan: full (88 arms, the default) or smoke (3 tiny arms)")
     src.add_argument("--arms", metavar="FILE.json",
                      help="JSON list of arm objects instead of a plan; fields: model (preset: %s) or "
-                          "shape {%s} + arch (llama|qwen2|mistral); mode lora|full; lora_rank; lora_targets "
+                          "shape {%s} + arch (llama|qwen2|qwen3|mistral); mode lora|full; lora_rank; lora_targets "
                           "(\"q_proj,v_proj\", a list, or \"all-linear\"); gradient_checkpointing; "
                           "logits_retained; batch; seq" % (", ".join(PRESETS), ", ".join(SHAPE_KEYS)))
     src.add_argument("--trials", metavar="FILE.json",

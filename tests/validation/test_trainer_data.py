@@ -21,6 +21,7 @@ from vramfit_flags import step_flags  # noqa: E402
 
 DATA = os.path.join(HERE, "..", "data", "trainer_steps_h100.jsonl")
 HELD_OUT = os.path.join(HERE, "..", "data", "trainer_steps_2_h100.jsonl")
+QWEN3 = os.path.join(HERE, "..", "data", "trainer_steps_qwen3_h100.jsonl")  # trainer_arms_qwen3.json, gpu_qwen3.sh
 EXE = os.environ.get("VRAMFIT")
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 # The Trainer's optimizer as it resolved it (OptimizerNames.X), and vramfit's --optim word for it.
@@ -33,7 +34,8 @@ def load(path=DATA):
 
 
 def config_of(shape):
-    return {"model_type": "qwen2" if shape["qkv_bias"] else "llama", "vocab_size": shape["vocab"],
+    qwen3 = shape.get("qk_norm", False)
+    return {"model_type": "qwen3" if qwen3 else "qwen2" if shape["qkv_bias"] else "llama", "vocab_size": shape["vocab"],
             "hidden_size": shape["hidden"], "intermediate_size": shape["intermediate"],
             "num_hidden_layers": shape["layers"], "num_attention_heads": shape["heads"],
             "num_key_value_heads": shape["kv_heads"], "head_dim": shape["head_dim"],
@@ -122,8 +124,17 @@ class Coverage(unittest.TestCase):
         self.assertEqual({r["optim_resolved"] for r in steps},
                          {"OptimizerNames." + o for o in ("ADAMW_TORCH_FUSED", "ADAMW_TORCH", "ADAFACTOR", "SGD")})
 
+    def test_the_qwen3_record(self):
+        rows = load(QWEN3)
+        self.assertEqual(rows[0]["gpu_name"], "NVIDIA H100 80GB HBM3")
+        self.assertEqual(rows[-1], {"kind": "end", "arms": 6})
+        steps = [r for r in rows if r["kind"] == "trainer_step"]
+        self.assertEqual(len(steps), 18)
+        self.assertTrue(all(r["arm"]["shape"]["qk_norm"] for r in steps))
+        self.assertEqual({r["built"]["model_class"] for r in steps}, {"Qwen3ForCausalLM"})
+
     def test_as_users_run_it(self):
-        for r in (r for r in load() + load(HELD_OUT) if r["kind"] == "trainer_step"):
+        for r in (r for r in load() + load(HELD_OUT) + load(QWEN3) if r["kind"] == "trainer_step"):
             with self.subTest(arm=r["arm"]["model"], step=r["step"]):
                 if r["optim_default"]:
                     self.assertEqual(r["optim_resolved"], "OptimizerNames.ADAMW_TORCH_FUSED")
@@ -166,7 +177,8 @@ class HfTrainer(unittest.TestCase):
         if not EXE:
             self.skipTest("VRAMFIT (the built CLI) not set")
         predict = Predictions(self)
-        for name, path, widest in (("trainer_arms.json", DATA, 1.26), ("trainer_arms_2.json (held out)", HELD_OUT, 1.56)):
+        for name, path, widest in (("trainer_arms.json", DATA, 1.26), ("trainer_arms_2.json (held out)", HELD_OUT, 1.56),
+                                   ("trainer_arms_qwen3.json", QWEN3, 1.25)):
             ratios = {}
             for r in (r for r in load(path) if r["kind"] == "trainer_step"):
                 a = r["arm"]

@@ -53,6 +53,7 @@ inline std::string_view outside_recorded_steps(const ModelShape& m, const Step& 
   if (s.precision != Precision::bf16) return "recorded in bf16 only";
   if (s.attention != Attention::flash) return "recorded with SDPA's default fused kernel only";
   if (!m.gated_mlp) return "recorded for gated (SwiGLU) MLPs only";
+  if (m.qk_norm) return "recorded without q/k norms (Llama, Qwen2, Mistral) only; Qwen3's are not";
   // Checked at seq 416 to 8192 and batch 1 to 7: outside a margin of that, SDPA may pick another
   // kernel (with other workspaces) and the programs are not used.
   if (s.seq < 256 || s.seq > 16384 || s.batch > 16)
