@@ -63,7 +63,7 @@ std::string llama(const std::string& extra = "") {
 }  // namespace
 
 TEST_CASE("the public configs give the presets' shapes") {
-  for (const char* name : {"SmolLM2-135M", "Qwen2.5-0.5B", "Llama-3.2-1B", "Mistral-7B-v0.1"}) {
+  for (const char* name : {"SmolLM2-135M", "Qwen2.5-0.5B", "Llama-3.2-1B", "Mistral-7B-v0.1", "Qwen3-0.6B"}) {
     CAPTURE(name);
     const ModelShape loaded = load_hf_config(configs / (std::string(name) + ".json"));
     ModelShape expected = vramfit::preset(name);

@@ -200,18 +200,21 @@ def flags_from_trainer(model, args, seq):
     autocast = "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else None
     if precision:  # the model's own dtype, whatever its config says (a model cast after loading)
         flags["weights"] = precision
+    if autocast and precision and precision not in ("fp32", autocast):
+        # bf16 weights under fp16 autocast (or the reverse): autocast casts every weight at each call,
+        # and each matmul keeps its copy; not modelled, and no answer beats a low one.
+        raise ValueError("%s weights under %s autocast are not modelled (autocast casts each weight at every "
+                         "call); load fp32 weights or set args.%s" % (weights, autocast, precision))
     if autocast:  # hf-trainer's --precision is the autocast dtype; fp32 weights under it: mixed precision
         flags["precision"] = autocast
-        if precision and precision not in ("fp32", autocast):  # bf16 under fp16 autocast, or the reverse
-            flags["precision"] = precision
-            caveats.append("%s weights under %s autocast: predicted as under %s autocast (2-byte activations "
-                           "either way)" % (precision, autocast, precision))
     elif precision:
-        flags["precision"] = precision
+        # Without autocast: hf-trainer's 2-byte precision stands for an autocast, fp16 for fp16 with
+        # the grad scaler; bf16 has the same sizes and no scaler.
+        flags["precision"] = flags["weights"] = "bf16" if precision == "fp16" else precision
         if precision != "fp32":
             caveats.append("%s weights without autocast (args.bf16 and args.fp16 off): hf-trainer models the step "
-                           "under %s autocast, where LoRA adapters save a %s copy of their input, not PEFT's "
-                           "fp32 cast" % (weights, precision, precision))
+                           "under bf16 autocast, where LoRA adapters save a bf16 copy of their input, not PEFT's "
+                           "fp32 cast" % weights)
     attn = getattr(config, "_attn_implementation", None)
     if attn == "eager":
         flags["attention"] = "math"
@@ -230,6 +233,7 @@ def flags_from_trainer(model, args, seq):
     else:  # the stack's default, fused AdamW: two moments per parameter
         caveats.append("optim=%s is not modelled: vramfit predicts fused AdamW (optim='adamw_torch_fused')" % optim)
     world = getattr(args, "world_size", 1)
+    world = max(world, getattr(args, "n_gpu", 1))  # several GPUs in one process: nn.DataParallel
     if world > 1 or getattr(args, "fsdp", None) or getattr(args, "deepspeed", None):
         # The plain loop's per-rank figure reads a Trainer's step far under (fp32 weights: 0.58):
         # no answer is better than a wrong "fits".

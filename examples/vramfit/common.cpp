@@ -94,17 +94,20 @@ NamedModel ModelFlags::resolve() const {
   } else {
     const HfConfig c = load_hf_config(*config);
     m = {config->string(), true, c.shape, c.sliding_window, step};
-    // The config's dtype is the weights'. With hf-trainer and --precision bf16 or fp16 (the
-    // autocast) an fp32 config is mixed precision; without --precision the step runs in the
-    // config's dtype, as a Trainer without bf16/fp16 does (no autocast).
-    if (c.dtype && stack == Stack::hf_trainer && precision_given_ && *c.dtype == Precision::fp32 &&
-        step.precision != Precision::fp32) {
-      if (!weights_given_) m.step.weights = Precision::fp32;
+    // The config's dtype is the weights' unless --weights says. hf-trainer: --precision is the
+    // autocast, so the config's fp32 under --precision bf16 is mixed precision (another pair is
+    // refused, naming the weights); without --precision the step runs in the weights' dtype, as
+    // a Trainer without bf16/fp16 does (no autocast).
+    if (stack == Stack::hf_trainer) {
+      if (!weights_given_ && c.dtype && precision_given_) m.step.weights = *c.dtype;
+      if (!precision_given_ && !weights_given_ && c.dtype) m.step.precision = *c.dtype;
     } else if (c.dtype && !precision_given_) {
       m.step.precision = *c.dtype;
     }
   }
   if (stack == Stack::hf_trainer && !optim_given_) m.step.optimizer = Optimizer::adamw_fused;
+  // hf-trainer with --weights and no --precision: no autocast, the step in the weights' dtype.
+  if (stack == Stack::hf_trainer && weights_given_ && !precision_given_) m.step.precision = *m.step.weights;
   if (m.step.weights == m.step.precision) m.step.weights.reset();
   return m;
 }

@@ -125,9 +125,9 @@ void ModelFlags::add(CLI::App& app, BadValues& bad, StepFlagSet set) {
               grad_accum_given_ = true;
             });
   add_value(app, bad, "--weights", "bf16|fp16|fp32",
-            "dtype the weights are loaded in, when it differs from --precision: fp32 under bf16 or fp16 autocast "
-            "(mixed precision; default: --precision; a config's fp32 when --precision names the autocast); needs "
-            "--stack hf-trainer",
+            "dtype the weights are loaded in (default: the config's, else --precision's); under --precision bf16 "
+            "or fp16 (the autocast) fp32 weights are mixed precision; without --precision the step runs in this "
+            "dtype, unmixed; needs --stack hf-trainer",
             [this](std::string_view v) {
               step.weights = parse_precision(v, "--weights");
               weights_given_ = true;
@@ -218,7 +218,7 @@ void ModelFlags::check(bool model_required) const {
     if (weights_given_)
       throw InvalidInput("--weights", "needs --stack hf-trainer (on " + std::string(to_string(stack)) +
                                           " --precision is the weights' dtype)");
-  } else if (step.weights && *step.weights != step.precision &&
+  } else if (precision_given_ && step.weights && *step.weights != step.precision &&
              !(*step.weights == Precision::fp32 && step.precision != Precision::fp32)) {
     throw InvalidInput("--weights", "with --precision " + std::string(to_string(step.precision)) +
                                         " the weights are " + std::string(to_string(step.precision)) +

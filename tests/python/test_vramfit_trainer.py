@@ -228,10 +228,12 @@ class TrainerFlags(unittest.TestCase):
         self.assertEqual((flags["precision"], flags["weights"], caveats), ("bf16", "fp32", []))
         flags, caveats = vt.flags_from_trainer(fake_model("torch.float32"), fake_args(bf16=False, fp16=True), 1024)
         self.assertEqual((flags["precision"], flags["weights"], caveats), ("fp16", "fp32", []))
-        # bf16 weights under fp16 autocast: the same sizes as under bf16 autocast, said in a caveat.
-        flags, caveats = vt.flags_from_trainer(fake_model(), fake_args(bf16=False, fp16=True), 1024)
-        self.assertEqual((flags["precision"], len(caveats)), ("bf16", 1), caveats)
-        self.assertIn("bf16 weights under fp16 autocast", caveats[0])
+        # bf16 weights under fp16 autocast: autocast casts every weight at each call; not modelled.
+        with self.assertRaisesRegex(ValueError, "bfloat16 weights under fp16 autocast are not modelled"):
+            vt.flags_from_trainer(fake_model(), fake_args(bf16=False, fp16=True), 1024)
+        # fp16 weights without autocast: no grad scaler; hf-trainer's bf16 has the same sizes.
+        flags, caveats = vt.flags_from_trainer(fake_model("torch.float16"), fake_args(bf16=False), 1024)
+        self.assertEqual((flags["precision"], flags["weights"], len(caveats)), ("bf16", "bf16", 1), caveats)
         # bf16 weights without autocast: hf-trainer counts LoRA's input copies as under autocast; said.
         flags, caveats = vt.flags_from_trainer(fake_model(), fake_args(bf16=False), 1024)
         self.assertEqual((flags["precision"], flags["weights"], len(caveats)), ("bf16", "bf16", 1), caveats)
@@ -269,7 +271,8 @@ class TrainerFlags(unittest.TestCase):
         self.assertEqual(flags["alloc_conf"], "expandable_segments:True")
         # The Trainer's step is modelled on one GPU: several ranks, FSDP or DeepSpeed get no answer
         # rather than the plain loop's per-rank figure, which reads it far under.
-        for args in (fake_args(world_size=2), fake_args(fsdp="full_shard"), fake_args(deepspeed="ds.json")):
+        for args in (fake_args(world_size=2), fake_args(n_gpu=2), fake_args(fsdp="full_shard"),
+                     fake_args(deepspeed="ds.json")):
             with self.assertRaisesRegex(ValueError, "on one GPU"):
                 vt.flags_from_trainer(fake_model(), args, 1024)
 

@@ -315,6 +315,8 @@ inline ReferenceModel::ReferenceModel(const ModelShape& model, const Step& step,
   validate(step_, model_);
   if (model_.head_dimension() % 2 != 0)
     throw InvalidInput("head_dim", "must be even for rotary embeddings, got " + std::to_string(model_.head_dimension()));
+  if (model_.qk_norm)
+    throw InvalidInput("qk_norm", "the reference step has no q/k norms (Qwen3); its Llama layer would not be that model");
   if (step_.precision == Precision::fp32 && step_.attention == Attention::flash)
     throw InvalidInput("attention", "flash attention runs only in bf16 or fp16; use mem-efficient or math for fp32");
   if (adapter_dtype_ != at::kFloat && adapter_dtype_ != at::kBFloat16 && adapter_dtype_ != at::kHalf)
