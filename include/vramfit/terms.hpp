@@ -126,7 +126,7 @@ constexpr SavedTensors layer_saved_tensors(const ModelShape& m, const Step& s) {
   if (m.qk_norm) {
     // Qwen3's q_norm and k_norm: an RMSNorm over each head (Qwen3RMSNorm, LlamaRMSNorm's code), saving
     // its fp32 copy and an fp32 rsqrt per head; the pre-weight copy (q's dtype) when the weight trains.
-    for (const auto [width, heads] : {std::pair{m.q_width(), m.heads}, std::pair{m.kv_width(), m.kv_heads}}) {
+    for (const auto& [width, heads] : {std::pair{m.q_width(), m.heads}, std::pair{m.kv_width(), m.kv_heads}}) {
       t.add(4 * width);
       t.add(4 * heads);
       if (full) t.add(e * width);
