@@ -191,7 +191,7 @@ constexpr std::uint64_t layer_saved_per_token(const ModelShape& m, const Step& s
  * its fp32 conversion at the widest adapted input; with dropout a second adapter-dtype copy.
  */
 struct TransientTensors {
-  std::uint64_t per_token[24];  // at most 2 + 13 (attention) + 2 + 3 = 20; only [0, count) is read
+  std::uint64_t per_token[24]{};  // at most 2 + 13 (attention) + 2 + 3 = 20; only [0, count) is read
   std::size_t count = 0;
   constexpr void add(std::uint64_t bytes, std::uint64_t n = 1) {
     for (std::uint64_t k = 0; k < n; ++k) per_token[count++] = bytes;
