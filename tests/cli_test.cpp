@@ -627,8 +627,11 @@ TEST_CASE("cli: bad input exits 2 with one line on stderr naming the flag, and w
        on_small("predict", {"--stack", "hf-trainer", "--weights", "fp16", "--precision", "bf16"})},
       {"trainer_on_one_gpu", "--world-size", on_small("predict", {"--stack", "hf-trainer", "--world-size", "2"})},
       {"trainer_not_sharded", "--sharding", on_small("predict", {"--stack", "hf-trainer", "--sharding", "zero1"})},
-      {"trainer_no_fp16_full", "weights",
+      // Library errors about a step field name the flag: "weights" is --weights, "optim" --optim.
+      {"trainer_no_fp16_full", "--weights",
        on_small("predict", {"--stack", "hf-trainer", "--mode", "full", "--precision", "fp16"})},
+      {"adafactor_on_one_gpu", "--optim",
+       on_small("predict", {"--optim", "adafactor", "--world-size", "2", "--sharding", "zero1"})},
       {"libtorch_no_qk_norm", "qk_norm", {"predict", "--model", "Qwen3-0.6B", "--stack", "libtorch"}},
 #ifdef VRAMFIT_WITH_PROBE
       {"probe_runs_no_dropout", "--lora-dropout", on_small("probe", {"--lora-dropout", "0.05"})},

@@ -182,7 +182,9 @@ InvalidInput from_cli11(const CLI::ParseError& e) {
 std::string flag_for_field(std::string_view field, bool from_config) {
   if (field == "shard group") return "--sharding";
   // A step field's flag is its name with dashes: "lora rank" is --lora-rank.
-  constexpr std::array<std::string_view, 5> step_fields = {"batch", "seq", "lora rank", "lora targets", "world size"};
+  constexpr std::array<std::string_view, 9> step_fields = {"batch",        "seq",        "lora rank",
+                                                           "lora targets", "lora dropout", "world size",
+                                                           "grad accum",   "weights",    "optim"};
   if (std::find(step_fields.begin(), step_fields.end(), field) != step_fields.end()) {
     std::string flag = "--" + std::string(field);
     std::replace(flag.begin(), flag.end(), ' ', '-');

@@ -120,8 +120,7 @@ void ModelFlags::add(CLI::App& app, BadValues& bad, StepFlagSet set) {
             "needs --stack hf-trainer",
             [this](std::string_view v) {
               step.grad_accum = parse_positive("--grad-accum", v);
-              if (step.grad_accum > 65536)
-                throw InvalidInput("--grad-accum", "must be 1 to 65536, got " + std::string(v));
+              vramfit::detail::require_range("--grad-accum", step.grad_accum, 1, 65536);
               grad_accum_given_ = true;
             });
   add_value(app, bad, "--weights", "bf16|fp16|fp32",
