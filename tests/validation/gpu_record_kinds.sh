@@ -12,12 +12,7 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1
 root=$PWD
 cfg=tests/data/configs/Qwen2.5-0.5B.json
-(
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DVRAMFIT_BUILD_TESTS=OFF \
-    -DVRAMFIT_BUILD_BENCHMARKS=OFF -DVRAMFIT_PROBE=OFF -DCMAKE_PREFIX_PATH="$root/.deps/usr" &&
-  cmake --build build-gpu --target vramfit_cli
-  echo "build rc=$?"
-) > "$OUT/build.log" 2>&1 &
+bash tests/validation/gpu_build_cli.sh > "$OUT/build.log" 2>&1 &
 build=$!
 python3 tests/validation/hf_harness.py --arms tests/validation/record_heldout_arms_2.json --isolate 4 \
   --out "$OUT/heldout.jsonl" > "$OUT/heldout.log" 2>&1 &

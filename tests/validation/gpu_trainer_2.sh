@@ -10,12 +10,7 @@ set -uo pipefail
 : "${OUT:?set OUT to a results folder}"
 export PYTHONUNBUFFERED=1
 root=$PWD
-(
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DVRAMFIT_BUILD_TESTS=OFF \
-    -DVRAMFIT_BUILD_BENCHMARKS=OFF -DVRAMFIT_PROBE=OFF -DCMAKE_PREFIX_PATH="$root/.deps/usr" &&
-  cmake --build build-gpu --target vramfit_cli
-  echo "build rc=$?"
-) > "$OUT/build.log" 2>&1 &
+bash tests/validation/gpu_build_cli.sh > "$OUT/build.log" 2>&1 &
 build=$!
 start=$SECONDS
 timeout 480 python3 tests/validation/trainer_harness.py --arms tests/validation/trainer_arms_2.json \
