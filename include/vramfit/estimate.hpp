@@ -222,13 +222,7 @@ decltype(auto) visit_stack(Stack s, F&& f) {
 /// step runs its own AdamW and no dropout.
 inline void validate_for_stack(const ModelShape& m, const Step& s, Stack stack) {
   if (stack != Stack::hf_trainer) {
-    if (s.grad_accum != 1)
-      throw InvalidInput("grad accum", fmt::format("gradient accumulation is modelled for the Trainer's step "
-                                                   "(stack hf-trainer), not {}", to_string(stack)));
-    if (s.mixed_precision())
-      throw InvalidInput("weights", fmt::format("fp32 weights under autocast are the Trainer's mixed precision "
-                                                "(stack hf-trainer); {} runs weights in the step's precision",
-                                                to_string(stack)));
+    detail::require_no_trainer_settings(s, to_string(stack));
   } else if (!s.single_gpu()) {
     throw InvalidInput("world size", "the hf-trainer stack is modelled on one GPU (world size 1, no sharding); "
                                      "hf-peft models several ranks");

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <concepts>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "vramfit/model.hpp"
@@ -75,20 +76,35 @@ struct InputGroup {
   bool residual;        // the input is a normed residual (its dtype), not a compute-dtype output
 };
 
-/// The tensors one decoder layer saves for backward, each as bytes per token.
-struct SavedTensors {
-  // At most 6 (norms) + 6 (q/k norms) + 5 (attention) + 3 (MLP) + 21 (adapters on all seven
-  // projections, with dropout: input copy, mask, lora_A's output) = 41 tensors; full fine-tuning has
-  // no adapters and at most 6 projection inputs (one per projection under mixed precision).
-  std::uint64_t per_token[48];  // only [0, count) is ever read
+/// A list of tensors, each as bytes per token, so that a total and the allocator's slack bound
+/// (which counts tensors one by one) read the same list. N bounds what the callers add.
+template <std::size_t N>
+struct PerTokenTensors {
+  std::uint64_t per_token[N]{};  // only [0, count) is ever read
   std::size_t count = 0;
-  constexpr void add(std::uint64_t bytes) { per_token[count++] = bytes; }
+  constexpr void add(std::uint64_t bytes, std::uint64_t n = 1) {
+    for (std::uint64_t k = 0; k < n; ++k) per_token[count++] = bytes;
+  }
   [[nodiscard]] constexpr std::uint64_t total() const {
-    std::uint64_t n = 0;
-    for (std::size_t k = 0; k < count; ++k) n += per_token[k];
-    return n;
+    std::uint64_t sum = 0;
+    for (std::size_t k = 0; k < count; ++k) sum += per_token[k];
+    return sum;
   }
 };
+
+/// The tensors one decoder layer saves for backward. At most 6 (norms) + 6 (q/k norms) + 5
+/// (attention) + 3 (MLP) + 21 (adapters on all seven projections, with dropout: input copy, mask,
+/// lora_A's output) = 41 tensors; full fine-tuning has no adapters and at most 6 projection inputs
+/// (one per projection under mixed precision).
+using SavedTensors = PerTokenTensors<48>;
+
+/// The widest input (d_in) among the projections that carry an adapter; 0 for none.
+constexpr std::uint64_t widest_adapted_input(const ModelShape& m, const Step& s) {
+  std::uint64_t widest = 0;
+  for (Module mod : all_modules)
+    if (m.has(mod) && s.adapted(mod)) widest = std::max(widest, m.dims(mod).in);
+  return widest;
+}
 
 /**
  * The tensors one decoder layer saves for backward, without checkpointing: two RMSNorms' saved
@@ -189,19 +205,9 @@ constexpr std::uint64_t layer_saved_per_token(const ModelShape& m, const Step& s
  * converted to the residual's dtype and its sum (2 r h), and attention's q and k grads through the
  * fp32 rotary product (r (q + kv), twice). Adapters: lora_A's input grad in the compute dtype and
  * its fp32 conversion at the widest adapted input; with dropout a second adapter-dtype copy.
+ * At most 2 + 13 (attention) + 2 + 3 = 20 tensors.
  */
-struct TransientTensors {
-  std::uint64_t per_token[24]{};  // at most 2 + 13 (attention) + 2 + 3 = 20; only [0, count) is read
-  std::size_t count = 0;
-  constexpr void add(std::uint64_t bytes, std::uint64_t n = 1) {
-    for (std::uint64_t k = 0; k < n; ++k) per_token[count++] = bytes;
-  }
-  [[nodiscard]] constexpr std::uint64_t total() const {
-    std::uint64_t n = 0;
-    for (std::size_t k = 0; k < count; ++k) n += per_token[k];
-    return n;
-  }
-};
+using TransientTensors = PerTokenTensors<24>;
 constexpr TransientTensors autocast_backward_transients(const ModelShape& m, const Step& s, std::uint64_t a) {
   const std::uint64_t e = element_bytes(s.precision);
   const std::uint64_t r = residual_bytes(s);
@@ -224,10 +230,7 @@ constexpr TransientTensors autocast_backward_transients(const ModelShape& m, con
   const TransientTensors& larger = mlp.total() > attention.total() ? mlp : attention;
   for (std::size_t k = 0; k < larger.count; ++k) out.add(larger.per_token[k]);
   if (r != e) out.add(checked_mul(r, m.hidden), 2);
-  std::uint64_t widest = 0;
-  for (Module mod : all_modules)
-    if (m.has(mod) && s.adapted(mod)) widest = std::max(widest, m.dims(mod).in);
-  if (widest != 0) {
+  if (const std::uint64_t widest = widest_adapted_input(m, s); widest != 0) {
     out.add(e * widest);
     out.add(a * widest);
     if (s.lora_dropout()) out.add(a * widest);
@@ -256,10 +259,7 @@ constexpr std::uint64_t layer_backward_transient_per_token(const ModelShape& m, 
   if (m.qk_norm) attention += 4 * (m.q_width() + m.kv_width());
   // With LoRA dropout, dropout's backward (grad x mask / (1 - p)) is a second adapter-dtype copy of
   // an adapted projection's input grad beside lora_A's: the widest such input, on top.
-  std::uint64_t dropout = 0;
-  if (s.lora_dropout())
-    for (Module mod : all_modules)
-      if (m.has(mod) && s.adapted(mod)) dropout = std::max(dropout, a * m.dims(mod).in);
+  const std::uint64_t dropout = s.lora_dropout() ? a * widest_adapted_input(m, s) : 0;
   return 2 * e * m.hidden + (mlp > attention ? mlp : attention) + dropout;
 }
 
@@ -351,6 +351,17 @@ constexpr TrainableTensors trainable_tensors(const ModelShape& m, const Step& s)
     t.factored = checked_add(t.factored, checked_mul(factored, copies));
   });
   return t;
+}
+
+/// Throws `InvalidInput` for the Trainer's settings on a stack that is not the Trainer's
+/// (`stack`, its name): gradient accumulation and mixed precision (fp32 weights under autocast).
+constexpr void require_no_trainer_settings(const Step& s, std::string_view stack) {
+  if (s.grad_accum != 1)
+    throw InvalidInput("grad accum", "gradient accumulation is modelled for the Trainer's step (stack hf-trainer), "
+                                     "not " + std::string(stack));
+  if (s.mixed_precision())
+    throw InvalidInput("weights", "fp32 weights under autocast are the Trainer's mixed precision (stack hf-trainer); " +
+                                      std::string(stack) + " runs weights in the step's precision");
 }
 
 /// Adapter parameters (lora_A: r x d_in, lora_B: d_out x r) over all layers; 0 without LoRA.
@@ -534,14 +545,7 @@ struct ParameterTerm {
     const std::uint64_t e = element_bytes(s.precision);
     const std::uint64_t w = detail::weight_bytes(s);
     const std::uint64_t a = detail::adapter_element_bytes<P>(s);
-    if constexpr (!P::figures.autocast) {
-      if (s.grad_accum != 1)
-        throw InvalidInput("grad accum", "gradient accumulation is modelled for the Trainer's step (stack hf-trainer), "
-                                         "not " + std::string(P::name));
-      if (s.mixed_precision())
-        throw InvalidInput("weights", "fp32 weights under autocast are the Trainer's mixed precision (stack "
-                                      "hf-trainer); " + std::string(P::name) + " runs weights in the step's precision");
-    }
+    if constexpr (!P::figures.autocast) detail::require_no_trainer_settings(s, P::name);
     if (!s.single_gpu()) return detail::sharded_parameter_bytes(m, s, {e, a, P::figures.adamw});
     const bool full = s.mode == Mode::full;
     const Bytes weights = bytes_of(w, {m.parameters()});
@@ -685,12 +689,8 @@ struct AllocatorSlackTerm {
     if (m.qk_norm)
       attention += blocks_slack_bound(checked_mul(4 * m.q_width(), T)) + blocks_slack_bound(checked_mul(4 * m.kv_width(), T));
     Bytes transient = blocks_slack_bound(checked_mul(e * m.hidden, T), 2) + max(mlp, attention) + transient_scores;
-    if (s.lora_dropout()) {  // dropout's second copy of the widest adapted input's grad
-      std::uint64_t widest = 0;
-      for (Module mod : all_modules)
-        if (m.has(mod) && s.adapted(mod)) widest = std::max(widest, m.dims(mod).in);
-      transient += blocks_slack_bound(checked_mul(checked_mul(a, widest), T));
-    }
+    if (s.lora_dropout())  // dropout's second copy of the widest adapted input's grad
+      transient += blocks_slack_bound(checked_mul(checked_mul(a, detail::widest_adapted_input(m, s)), T));
     if (autocast) {  // the same tensors `layer_backward_transient_per_token` counts under autocast
       const detail::TransientTensors t = detail::autocast_backward_transients(m, s, a);
       transient = transient_scores;
