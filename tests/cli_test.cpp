@@ -980,7 +980,7 @@ TEST_CASE("cli: --programs FILE|DIR") {
     fails_naming("--programs", on_small("predict", {"--programs", data_file("configs/SmolLM2-135M.json")}));
     const Ran r = run_vramfit(on_small("predict", {"--programs", data_file("configs/SmolLM2-135M.json")}));
     CHECK(r.err.find("vramfit: error: --programs: " + data_file("configs/SmolLM2-135M.json") +
-                     ":1: must begin with 'vramfit-programs 2'") == 0);
+                     ":1: must begin with 'vramfit-programs 3'") == 0);
   }
 }
 

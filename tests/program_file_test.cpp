@@ -90,11 +90,12 @@ TEST_CASE("program file: programs given in the RunContext simulate as the built-
 TEST_CASE("program file: damage is an error naming the file and line") {
   CHECK(error_of(small_file("sections 0\nprograms 1\np llama 0 3 full - 0 0 : 5\nend\n"))
             .find("f.programs:7: the program is not a valid step program") == 0);
-  CHECK(error_of("") == "f.programs:1: the file ends early: expected the header 'vramfit-programs 2'");
-  CHECK(error_of("{\"kind\": \"trace\"}\n").find("f.programs:1: must begin with 'vramfit-programs 2'") == 0);
-  CHECK(error_of("vramfit-programs 3\n") == "f.programs:1: version 3 is not supported (this vramfit reads versions 1 and 2)");
-  CHECK(error_of("# comment\nvramfit-programs 1\nstack tensorflow\n").find("f.programs:3: stack must be hf-peft or "
-                                                                          "libtorch") == 0);
+  CHECK(error_of("") == "f.programs:1: the file ends early: expected the header 'vramfit-programs 3'");
+  CHECK(error_of("{\"kind\": \"trace\"}\n").find("f.programs:1: must begin with 'vramfit-programs 3'") == 0);
+  CHECK(error_of("vramfit-programs 4\n") == "f.programs:1: version 4 is not supported (this vramfit reads versions 1 to 3)");
+  CHECK(error_of("vramfit-programs 0\n") == "f.programs:1: version 0 is not supported (this vramfit reads versions 1 to 3)");
+  CHECK(error_of("# comment\nvramfit-programs 1\nstack tensorflow\n").find("f.programs:3: stack must be hf-peft, "
+                                                                          "hf-trainer or libtorch") == 0);
   CHECK(error_of(small_file("sections 99999999\n")).find("f.programs:5: sections must be at most 65536") == 0);
   CHECK(error_of(small_file("sections 1\ns 1 x\n")) == "f.programs:6: 'x' is not a 32-bit integer");
   CHECK(error_of(small_file("sections 1\ns 1 4294967296\n")) == "f.programs:6: '4294967296' is not a 32-bit integer");
@@ -149,9 +150,11 @@ TEST_CASE("program file: version 2 names each program's optimizer and LoRA dropo
   CHECK(fields("p llama 0 3 full - 0 0", 1) == "fields read");
   CHECK(fields("p llama 0 3 full - 0 0 sgd 0", 2) == "fields read");
   CHECK(error_of(small_file("sections 0\nprograms 1\np llama 0 3 full - 0 0 : 0\nend\n", 2)) ==
-        "f.programs:7: the optimizer must be adamw, sgd-momentum or sgd, got ':'");  // a version 1 line
+        "f.programs:7: the optimizer must be one of vramfit's --optim names (adamw, adamw-fused, adafactor, "
+        "sgd-momentum, sgd), got ':'");  // a version 1 line
   CHECK(error_of(small_file("sections 0\nprograms 1\np llama 0 3 full - 0 0 adam 0 : 0\nend\n", 2)) ==
-        "f.programs:7: the optimizer must be adamw, sgd-momentum or sgd, got 'adam'");
+        "f.programs:7: the optimizer must be one of vramfit's --optim names (adamw, adamw-fused, adafactor, "
+        "sgd-momentum, sgd), got 'adam'");
   CHECK(error_of(small_file("sections 0\nprograms 1\np llama 0 3 lora all-linear 0 0 sgd 2 : 0\nend\n", 2)) ==
         "f.programs:7: dropout must be 0 or 1, got '2'");
   CHECK(error_of(small_file("sections 0\nprograms 1\np llama 0 3 full - 0 0 adamw 1 : 0\nend\n", 2)) ==
@@ -191,8 +194,53 @@ TEST_CASE("program file: version 2 names each program's optimizer and LoRA dropo
   for (const Step& s : {sgd, dropout}) {
     const Estimate e = estimate(m, s);
     CHECK(e.method == Method::closed_form);
-    CHECK(e.no_simulation.find("optimizer, LoRA dropout) was not recorded") != std::string_view::npos);
+    CHECK(e.no_simulation.find("optimizer, LoRA dropout, weights) was not recorded") != std::string_view::npos);
   }
+}
+
+TEST_CASE("program file: version 3 names each program's weights; hf-trainer takes programs of its weights") {
+  const auto weights_of = [](std::string_view fields) {
+    const std::string text = "vramfit-programs 3\nstack hf-trainer\ngpu G\nsoftware S\nsections 0\nprograms 1\n" +
+                             std::string(fields) + " : 0\nend\n";
+    try {
+      (void)parse_programs(text, "f.programs");
+    } catch (const InvalidInput& e) {
+      return std::string(e.what());
+    }
+    return std::string("read");
+  };
+  // (One integer is no valid step program: an error after the fields were read.)
+  CHECK(weights_of("p llama 0 3 full - 0 0 adamw-fused 0 fp32").find("not a valid step program") != std::string::npos);
+  CHECK(weights_of("p llama 0 3 full - 0 0 adamw-fused 0 fp16") ==
+        "f.programs:7: the weights must be bf16 or fp32, got 'fp16'");
+  CHECK(weights_of("p llama 0 3 full - 0 0 adamw-fused 0") == "f.programs:7: the weights must be bf16 or fp32, got ':'");
+
+  // The built-in hf-peft programs relabelled as the Trainer's, with fp32 weights: an hf-trainer step
+  // with fp32 weights under bf16 autocast takes them, one with bf16 weights does not, and neither
+  // does a step with accumulation (recorded with accumulation 1 only).
+  std::string text = builtin_text("hf-peft");
+  text = replaced(text, "vramfit-programs 2\nstack hf-peft", "vramfit-programs 3\nstack hf-trainer");
+  text = replaced(replaced(text, " adamw 0 :", " adamw-fused 0 fp32 :"), " adamw 1 :", " adamw-fused 1 fp32 :");
+  RunContext c;
+  c.programs = parse_programs(text, "trainer.programs");
+  REQUIRE(c.programs->stack == "hf-trainer");
+  const ModelShape m = *find_preset("Qwen2.5-0.5B");
+  Step mixed{.batch = 2, .seq = 1024, .lora = {.rank = 32}, .optimizer = Optimizer::adamw_fused};
+  mixed.weights = Precision::fp32;
+  const Estimate e = estimate(m, mixed, Stack::hf_trainer, c);
+  REQUIRE(e.simulation);
+  CHECK(e.provenance.programs == "trainer.programs");
+  Step bf16_weights = mixed;
+  bf16_weights.weights = Precision::bf16;
+  CHECK(estimate(m, bf16_weights, Stack::hf_trainer, c).method == Method::closed_form);
+  Step accumulating = mixed;
+  accumulating.grad_accum = 2;
+  const Estimate acc = estimate(m, accumulating, Stack::hf_trainer, c);
+  CHECK(acc.method == Method::closed_form);
+  CHECK(acc.no_simulation == "recorded with gradient accumulation 1 only");
+  // The programs of one stack serve no other.
+  CHECK_THROWS_WITH_AS(estimate(m, bf16_weights, Stack::hf_peft, c), doctest::Contains("holds step programs of hf-trainer"),
+                       InvalidInput);
 }
 
 TEST_CASE("program file: load_programs names an unreadable path under its field") {

@@ -259,9 +259,6 @@ inline ProgramChoice choose_program(const ModelShape& m, const Step& s, Stack st
       throw InvalidInput("programs", fmt::format("{} holds step programs of {}; the estimate is of {}",
                                                  c.programs->source, c.programs->stack, to_string(stack)));
     out.set = c.programs.get();
-  } else if (stack == Stack::hf_trainer) {
-    why = "no step program of the Trainer's step is recorded yet; the closed form bounds it";
-    return out;
   } else {
     const BuiltinPrograms& builtin = builtin_programs(to_string(stack));
     out.set = builtin.set.get();

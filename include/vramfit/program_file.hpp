@@ -4,27 +4,28 @@
 /// (detail/step_program.hpp), read at run time, so that no translation unit compiles them and a
 /// user can bring programs recorded on their own stack (`vramfit predict --programs FILE`).
 ///
-/// The format, version 2: UTF-8 text, one record per line, fields separated by single spaces;
+/// The format, version 3: UTF-8 text, one record per line, fields separated by single spaces;
 /// lines that begin with '#' are comments.
 ///
-///     vramfit-programs 2
-///     stack hf-peft                       the stack the programs are for: hf-peft or libtorch
+///     vramfit-programs 3
+///     stack hf-trainer                    the stack the programs are for: hf-peft, hf-trainer or libtorch
 ///     gpu NVIDIA H200                     where they were recorded: the GPU,
 ///     software torch 2.11.0+cu130, ...    and the software (the rest of the line, free text)
 ///     sections N                          then N lines "s INT...": integer runs programs share
 ///     programs M                          then M lines, one per kind of step:
-///     p ARCH TIED HEAD_DIMS MODE TARGETS CHECKPOINTING LOGITS_KEPT OPTIMIZER DROPOUT : ITEM...
+///     p ARCH TIED HEAD_DIMS MODE TARGETS CHECKPOINTING LOGITS_KEPT OPTIMIZER DROPOUT WEIGHTS : ITEM...
 ///     end
 ///
 /// ARCH is llama (no bias) or qwen2 (q/k/v bias); TIED, CHECKPOINTING and LOGITS_KEPT are 0 or 1;
 /// HEAD_DIMS is a bit set of the head_dims the program was checked at (1: 64, 2: 128); MODE is
 /// lora or full; TARGETS the LoRA targets as recorded (q_proj,v_proj, q_proj,k_proj,v_proj,o_proj
-/// or all-linear), "-" for full; OPTIMIZER adamw, sgd-momentum or sgd (vramfit's `--optim`);
-/// DROPOUT 1 where the LoRA adapters ran dropout above 0, else 0 (always 0 for full). The program
-/// is the concatenation of its ITEMs, each "#K" (section K) or an integer: the flat form of
-/// detail/step_program.hpp. Version 1 files, written before the optimizer and dropout were
-/// recorded, have no OPTIMIZER and DROPOUT fields: their programs ran AdamW without dropout, and
-/// are read so. tests/validation/trace_program.py --programs writes the files from marked
+/// or all-linear), "-" for full; OPTIMIZER one of vramfit's `--optim` names; DROPOUT 1 where the
+/// LoRA adapters ran dropout above 0, else 0 (always 0 for full); WEIGHTS the weights' dtype, bf16
+/// or fp32 (fp32 under the Trainer's bf16 autocast: mixed precision). The program is the
+/// concatenation of its ITEMs, each "#K" (section K) or an integer: the flat form of
+/// detail/step_program.hpp. Older versions are read as they were written: version 2 has no
+/// WEIGHTS (the weights were the step's bf16), version 1 neither OPTIMIZER nor DROPOUT (AdamW, no
+/// dropout). tests/validation/trace_program.py --programs writes the files from marked
 /// allocator traces; the built-in ones are installed in share/vramfit/programs/
 /// (`builtin_programs`).
 
@@ -58,13 +59,14 @@ struct ProgramEntry {
   bool logits_retained = false;
   Optimizer optimizer = Optimizer::adamw;  ///< what the recorded loop stepped with
   bool dropout = false;                    ///< LoRA dropout above 0 in the recording
+  Precision weights = Precision::bf16;     ///< the weights' dtype in the recording
   std::vector<std::int32_t> program;  ///< the flat form (detail/step_program.hpp)
   std::size_t line = 0;               ///< its line in the file
 };
 
 /// One stack's step programs, read from a file (`parse_programs`, `load_programs`).
 struct ProgramSet {
-  std::string stack;     ///< "hf-peft" or "libtorch" (`to_string(Stack)`)
+  std::string stack;     ///< "hf-peft", "hf-trainer" or "libtorch" (`to_string(Stack)`)
   std::string gpu;       ///< where they were recorded
   std::string software;  ///< the software they were recorded with
   std::string source;    ///< the file they were read from
@@ -91,15 +93,15 @@ class ProgramFileReader {
   ProgramSet read() {
     ProgramSet out;
     out.source = std::string(source_);
-    const std::string_view magic = next_line("the header 'vramfit-programs 2'");
+    const std::string_view magic = next_line("the header 'vramfit-programs 3'");
     if (!magic.starts_with("vramfit-programs "))
-      fail("must begin with 'vramfit-programs 2' (a vramfit step-program file), got '" + clip(magic) + "'");
+      fail("must begin with 'vramfit-programs 3' (a vramfit step-program file), got '" + clip(magic) + "'");
     version_ = number(magic.substr(17), "the version", 1u << 30);
-    if (version_ != 1 && version_ != 2)
-      fail("version " + std::to_string(version_) + " is not supported (this vramfit reads versions 1 and 2)");
+    if (version_ < 1 || version_ > 3)
+      fail("version " + std::to_string(version_) + " is not supported (this vramfit reads versions 1 to 3)");
     out.stack = std::string(keyed("stack"));
-    if (out.stack != "hf-peft" && out.stack != "libtorch")
-      fail("stack must be hf-peft or libtorch, got '" + clip(out.stack) + "'");
+    if (out.stack != "hf-peft" && out.stack != "hf-trainer" && out.stack != "libtorch")
+      fail("stack must be hf-peft, hf-trainer or libtorch, got '" + clip(out.stack) + "'");
     out.gpu = std::string(keyed("gpu"));
     out.software = std::string(keyed("software"));
 
@@ -223,9 +225,15 @@ class ProgramFileReader {
       bool known = false;
       for (const auto& [o, name] : EnumNames<Optimizer>::names)
         if (optimizer == name) e.optimizer = o, known = true;
-      if (!known) fail("the optimizer must be adamw, sgd-momentum or sgd, got '" + clip(optimizer) + "'");
+      if (!known) fail("the optimizer must be one of vramfit's --optim names (adamw, adamw-fused, adafactor, "
+                       "sgd-momentum, sgd), got '" + clip(optimizer) + "'");
       e.dropout = flag(word(line), "dropout");
       if (e.dropout && e.mode == "full") fail("dropout must be 0 for full fine-tuning (it is LoRA's)");
+    }
+    if (version_ >= 3) {
+      const std::string_view weights = word(line);
+      if (weights != "bf16" && weights != "fp32") fail("the weights must be bf16 or fp32, got '" + clip(weights) + "'");
+      e.weights = weights == "fp32" ? Precision::fp32 : Precision::bf16;
     }
     if (word(line) != ":") fail("the program's items must follow ' : '");
     while (!line.empty()) {
@@ -254,7 +262,7 @@ class ProgramFileReader {
   std::size_t at_ = 0;
   std::size_t line_ = 0;
   std::size_t total_ints_ = 0;  ///< over the programs read so far
-  std::uint64_t version_ = 0;   ///< the file's format version (1 or 2)
+  std::uint64_t version_ = 0;   ///< the file's format version (1 to 3)
 };
 
 /// The directory the built-in program files are read from: VRAMFIT_PROGRAMS_DIR in the
@@ -306,7 +314,8 @@ struct BuiltinPrograms {
   std::string why;
 };
 
-/// The built-in programs of the stack named `stack` ("hf-peft", "libtorch"), read on first use.
+/// The built-in programs of the stack named `stack` ("hf-peft", "hf-trainer", "libtorch"), read on
+/// first use.
 inline const BuiltinPrograms& builtin_programs(std::string_view stack) {
   const auto load = [](std::string_view name) {
     BuiltinPrograms out;
@@ -331,6 +340,10 @@ inline const BuiltinPrograms& builtin_programs(std::string_view stack) {
   if (stack == "libtorch") {
     static const BuiltinPrograms libtorch = load("libtorch");
     return libtorch;
+  }
+  if (stack == "hf-trainer") {
+    static const BuiltinPrograms hf_trainer = load("hf-trainer");
+    return hf_trainer;
   }
   static const BuiltinPrograms hf_peft = load("hf-peft");
   return hf_peft;

@@ -61,6 +61,7 @@ inline std::string_view outside_recorded_steps(const ModelShape& m, const Step& 
   // Each program gives back the 4-layer trace of its kind; below that some would free a request
   // their first layers never made (they throw), so the closed form answers.
   if (m.layers < 4) return "recorded for 4 layers and more only";
+  if (s.grad_accum != 1) return "recorded with gradient accumulation 1 only";
   if (m.head_dimension() != 64 && m.head_dimension() != 128) return "recorded at head_dim 64 and 128 only";
   if (lora_targets_key(s) == "?") return "LoRA targets recorded: q_proj,v_proj; q_proj,k_proj,v_proj,o_proj; all-linear";
   return {};
@@ -79,13 +80,13 @@ auto find_entry(const Entries& entries, const ModelShape& m, const Step& s, std:
   for (const auto& e : entries) {
     if (e.arch == arch && e.tied == m.tied_embeddings && e.mode == mode && e.targets == targets &&
         e.checkpointing == s.gradient_checkpointing && e.logits_retained == s.logits_retained &&
-        e.optimizer == s.optimizer && e.dropout == s.lora_dropout()) {
+        e.optimizer == s.optimizer && e.dropout == s.lora_dropout() && e.weights == s.weight_precision()) {
       if ((e.head_dims & hd_bit) == 0) why = "this kind of step was not checked at this head_dim";
       return why.empty() ? &e : nullptr;
     }
   }
-  why = "this kind of step (architecture, head, mode, checkpointing, kept logits, optimizer, LoRA dropout) was not "
-        "recorded (vramfit-record records it on your GPU)";
+  why = "this kind of step (architecture, head, mode, checkpointing, kept logits, optimizer, LoRA dropout, weights) "
+        "was not recorded (vramfit-record records it on your GPU)";
   return nullptr;
 }
 
