@@ -135,6 +135,11 @@ struct Configs {
 }
 )");
     write("malformed.json", "{\"model_type\": \"llama\",\n \"vocab_size\": 32000,,}\n");
+    write("window-1.json", R"({
+  "model_type": "mistral", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336,
+  "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "sliding_window": 1
+}
+)");
   }
   void write(const std::string& name, const std::string& text) const { std::ofstream(dir / name) << text; }
   [[nodiscard]] std::string operator/(const std::string& name) const { return (dir / name).string(); }
@@ -345,6 +350,16 @@ TEST_CASE("cli: max-batch and max-seq") {
     CHECK(j["max_seq"] >= 1);
     CHECK(j["step"]["batch"] == 2);
     CHECK(is_key(j["prediction"]["phase"]));
+  }
+  SUBCASE("max-seq.sliding_window") {
+    // Mistral's window (4096): the search tries no longer sequence, and says where it stopped.
+    const std::string mistral = data_file("configs/Mistral-7B-v0.1.json");
+    nlohmann::json j = json_object(succeeds(0, {"max-seq", "--config", mistral, "--budget", "111GB", "--json"}));
+    CHECK(j["max_seq"] == 4095);
+    CHECK(j["capped"] == true);
+    holds(succeeds(0, {"max-seq", "--config", mistral, "--budget", "111GB"}).out,
+          {"max seq: 4095\n", "(capped below the config's sliding window of 4096 tokens"});
+    fails_naming("--config: sliding_window", {"max-seq", "--config", configs() / "window-1.json", "--budget", "80GB"});
   }
 }
 

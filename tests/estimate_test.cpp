@@ -46,6 +46,13 @@ TEST_CASE("a search that stops below its limit is not capped") {
   CHECK(seq.value > 0);
   CHECK(seq.value < seq_limit);
   CHECK_FALSE(seq.capped);
+  // A limit below the answer (a config's sliding window less one): the answer is the limit, capped.
+  const SearchResult windowed = max_seq(m, Step{.batch = 2}, Budget(24_GiB), Stack::hf_peft, {}, seq.value / 2);
+  CHECK(windowed.value == seq.value / 2);
+  CHECK(windowed.capped);
+  CHECK(windowed.at.method == Method::allocator_simulation);
+  CHECK_THROWS_WITH_AS(max_seq(m, Step{.batch = 2}, Budget(24_GiB), Stack::hf_peft, {}, 0),
+                       "seq limit: must be between 1 and 16777216, got 0", InvalidInput);
   // Nothing fits: 0, not capped.
   const SearchResult none = max_batch(m, Step{}, Budget(1_MiB));
   CHECK(none.value == 0);

@@ -40,17 +40,17 @@ public:
     const Budget budget(*flags_.budget);
     Step step = search_batch_ ? model.at(model.step.batch, model.step.seq) : model.step;
     const std::string_view what = search_batch_ ? "batch" : "seq";
+    // A config's sliding window bounds the sequences vramfit models (`validate(step, config)`): the
+    // search tries none past it.
+    if (!search_batch_ && model.sliding_window == 1u)
+      throw InvalidInput("--config: sliding_window", "is 1: no sequence is shorter than the window, and vramfit "
+                                                     "models only those");
+    const std::uint64_t seq_limit = model.sliding_window ? std::min<std::uint64_t>(*model.sliding_window - 1, 1ULL << 24)
+                                                         : std::uint64_t{1} << 24;
     SearchResult found = search_batch_ ? max_batch(model.shape, step, budget, flags_.stack, flags_.context(err))
-                                       : max_seq(model.shape, step, budget, flags_.stack, flags_.context(err));
-    // A config's sliding window bounds the sequences vramfit models (`validate(step, config)`).
-    const bool window_capped = !search_batch_ && model.sliding_window && found.value >= *model.sliding_window;
-    if (window_capped) {
-      found.value = *model.sliding_window - 1;
-      found.capped = true;
-      found.at = estimate(model.shape, model.at(step.batch, found.value), flags_.stack, flags_.context());
-      std::erase_if(found.oom_below, [&](std::uint64_t v) { return v >= found.value; });
-      found.borderline_above.clear();  // past the window: not modelled
-    }
+                                       : max_seq(model.shape, step, budget, flags_.stack, flags_.context(err), seq_limit);
+    const bool window_capped = !search_batch_ && model.sliding_window && found.value == seq_limit;
+    if (window_capped) found.borderline_above.clear();  // past the window: not modelled
     const std::uint64_t best = found.value;
     (search_batch_ ? step.batch : step.seq) = best == 0 ? 1 : best;  // the step of `found.at`
     const Estimate& at = found.at;

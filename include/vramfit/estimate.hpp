@@ -522,12 +522,15 @@ inline SearchResult max_batch(const ModelShape& model, Step step, Budget budget,
 }
 
 /// The largest sequence length whose run fits the budget, the estimate there, and smaller lengths
-/// that would run out of memory.
+/// that would run out of memory. `limit` (1 to 2^24) bounds the lengths tried: a config's sliding
+/// window less one, past which vramfit does not model attention; the answer is then at most it
+/// (`capped` when it fits), and no length above it is simulated.
 inline SearchResult max_seq(const ModelShape& model, Step step, Budget budget, Stack stack = Stack::hf_peft,
-                            const RunContext& context = {}) {
+                            const RunContext& context = {}, std::uint64_t limit = 1ULL << 24) {
+  detail::require_range("seq limit", limit, 1, 1ULL << 24);
   const std::uint64_t candidate = detail::visit_stack(
       stack, [&](auto def) { return typename decltype(def)::expected_predictor{}.max_seq(model, step, budget); });
-  return detail::refine_search(model, step, budget, stack, &Step::seq, candidate, 1ULL << 24, context);
+  return detail::refine_search(model, step, budget, stack, &Step::seq, candidate, limit, context);
 }
 
 /// A training loop that runs steps of varied lengths up to `Step::seq` in one process (dynamic
