@@ -214,6 +214,8 @@ TEST_CASE("program file: version 3 names each program's weights; hf-trainer take
   CHECK(weights_of("p llama 0 3 full - 0 0 adamw-fused 0 fp16") ==
         "f.programs:7: the weights must be bf16 or fp32, got 'fp16'");
   CHECK(weights_of("p llama 0 3 full - 0 0 adamw-fused 0") == "f.programs:7: the weights must be bf16 or fp32, got ':'");
+  CHECK(error_of("vramfit-programs 2\nstack hf-trainer\n") ==
+        "f.programs:2: the Trainer's programs name their weights: stack hf-trainer needs version 3, got version 2");
 
   // The built-in hf-peft programs relabelled as the Trainer's, with fp32 weights: an hf-trainer step
   // with fp32 weights under bf16 autocast takes them, one with bf16 weights does not, and neither

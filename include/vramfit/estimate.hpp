@@ -217,6 +217,14 @@ decltype(auto) visit_stack(Stack s, F&& f) {
   return f(StackDefinition<profiles::HfPeft>{});
 }
 
+/// Whether the cache is emptied between the build and the first step: where the context says so,
+/// and always in the Trainer's run (`_inner_training_loop` begins with `accelerator.free_memory()`,
+/// accelerate's `release_memory`: gc.collect() and torch.cuda.empty_cache(); that is before the
+/// first batch reaches the GPU, a few small requests the simulation makes before it empties).
+constexpr bool cache_emptied_after_build(Stack stack, const RunContext& c) {
+  return c.cache_emptied_after_build || stack == Stack::hf_trainer;
+}
+
 /// Throws `InvalidInput` for a step the stack does not run: gradient accumulation and mixed
 /// precision are the Trainer's (hf-trainer), which runs on one GPU here; the LibTorch reference
 /// step runs its own AdamW and no dropout.
@@ -320,13 +328,13 @@ inline Estimate estimate_run(const ModelShape& model, const Step& step, Stack st
     const detail::ProgramOps ops = program.resolve(detail::program_dims(model, step), model.layers);
     const Bytes held = Definition::held(model, step, context);
     const detail::PlacementPeaks p =
-        peaks ? detail::simulate_placements(ops, step, held, context.cache_emptied_after_build, context.alloc_conf,
+        peaks ? detail::simulate_placements(ops, step, held, detail::cache_emptied_after_build(stack, context), context.alloc_conf,
                                             context.simulation_threads)
               : detail::PlacementPeaks{};
     if (known != nullptr)
       out.verdict = *known;
     else if (context.budget)
-      out.verdict = detail::to_verdict(detail::simulate_under_limit(ops, held, context.cache_emptied_after_build,
+      out.verdict = detail::to_verdict(detail::simulate_under_limit(ops, held, detail::cache_emptied_after_build(stack, context),
                                                                     context.alloc_conf, context.budget->count(), 3,
                                                                     context.simulation_threads),
                                        *context.budget);
@@ -373,7 +381,7 @@ inline BudgetVerdict Estimate::verdict_under(Budget b) const {
     return detail::to_verdict(
         detail::simulate_under_limit(*chosen.program, inputs.model, inputs.step,
                                      Definition::held(inputs.model, inputs.step, inputs.context),
-                                     inputs.context.cache_emptied_after_build, inputs.context.alloc_conf,
+                                     detail::cache_emptied_after_build(stack, inputs.context), inputs.context.alloc_conf,
                                      b.usable.count(), 3, inputs.context.simulation_threads),
         b.usable);
   });
@@ -397,7 +405,7 @@ inline BudgetVerdict fit_verdict(const ModelShape& model, const Step& step, Budg
 /// The answer of a search for the largest batch or sequence length that fits a budget.
 struct SearchResult {
   std::uint64_t value = 0;  ///< the largest value that fits; 0 when not even 1 does
-  bool capped = false;      ///< `value` is the search's limit (batch 2^20, seq 2^24): larger may fit too
+  bool capped = false;      ///< `value` is the search's limit (batch 2^20, seq 2^24 or `max_seq`'s): larger may fit too
   Estimate at;              ///< the estimate at `value` (at 1 when `value` is 0), with its verdict
   /// Smaller values that would run out of memory under the budget (the simulation's verdict is not
   /// monotone: a smaller batch can split segments worse), ascending.

@@ -39,6 +39,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "vramfit/error.hpp"
@@ -102,6 +103,9 @@ class ProgramFileReader {
     out.stack = std::string(keyed("stack"));
     if (out.stack != "hf-peft" && out.stack != "hf-trainer" && out.stack != "libtorch")
       fail("stack must be hf-peft, hf-trainer or libtorch, got '" + clip(out.stack) + "'");
+    if (out.stack == "hf-trainer" && version_ < 3)
+      fail("the Trainer's programs name their weights: stack hf-trainer needs version 3, got version " +
+           std::to_string(version_));
     out.gpu = std::string(keyed("gpu"));
     out.software = std::string(keyed("software"));
 
@@ -325,6 +329,12 @@ inline const BuiltinPrograms& builtin_programs(std::string_view stack) {
       return out;
     }
     const std::filesystem::path path = std::filesystem::path(dir) / (std::string(name) + ".programs");
+    std::error_code absent;
+    if (name == "hf-trainer" && !std::filesystem::exists(path, absent)) {  // an install without the Trainer's
+      out.why = "no step program of the Trainer's step is built in; the closed form bounds it (--programs with an "
+                "hf-trainer file simulates it)";
+      return out;
+    }
     try {
       out.set = load_programs(path, "VRAMFIT_PROGRAMS_DIR");
       if (out.set->stack != name) {

@@ -46,8 +46,8 @@ inline std::string_view lora_targets_key(const Step& s) {
 }
 
 /// Why no recorded program can apply to this model and step, whatever was recorded (one GPU, bf16,
-/// the fused attention kernel, gated MLPs, the range and head_dims programs are checked at, the
-/// recorded LoRA target sets); empty when a program of its kind may apply.
+/// the fused attention kernel, gated MLPs, the range and head_dims programs are checked at,
+/// accumulation 1, the recorded LoRA target sets); empty when a program of its kind may apply.
 inline std::string_view outside_recorded_steps(const ModelShape& m, const Step& s) {
   if (!s.single_gpu()) return "recorded on one GPU only";
   if (s.precision != Precision::bf16) return "recorded in bf16 only";
@@ -86,7 +86,7 @@ auto find_entry(const Entries& entries, const ModelShape& m, const Step& s, std:
     }
   }
   why = "this kind of step (architecture, head, mode, checkpointing, kept logits, optimizer, LoRA dropout, weights) "
-        "was not recorded (vramfit-record records it on your GPU)";
+        "was not recorded (vramfit-record records the plain loop's kinds on your GPU)";
   return nullptr;
 }
 
