@@ -44,6 +44,19 @@ TEST_CASE("a hand-written program runs to the peak worked by hand") {
   CHECK(p.run(d, 4, Bytes(64 * MiB), false).first.count() == 64 * MiB + 3 * MiB + 4 * 2 * MiB);
 }
 
+TEST_CASE("a size over S - 1 (the Trainer's count of the labels the loss takes) is that product") {
+  // One size, 8 B (S - 1) (int64 over the shifted labels), requested once in the build and kept;
+  // an empty step 1 ends the build.
+  const auto program = [](std::int32_t factor) {
+    return std::vector<std::int32_t>{1, 1, 8, 2, 0, factor, -1, -1, 0,       // sizes: 8 * B * factor
+                                     2, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0,  // the build requests #0
+                                     0, 1, 1, 0};                            // step 1: nothing
+  };
+  const ProgramPeaks r = StepProgram(program(11)).run(ProgramDims{.batch = 7, .seq = 416}, 1, Bytes{}, false);
+  CHECK(r.after_build.count() == (8 * 7 * 415 + 511) / 512 * 512);  // 23,240 B in a 23,552 B block
+  CHECK(test::field_of([&] { (void)StepProgram(program(12)); }) == "program");  // no 13th dimension
+}
+
 TEST_CASE("the resolver's key map answers as a std::map through inserts, overwrites and erases") {
   // Keys clustered as the resolver's are (few high bits set, runs of neighbours), enough of them
   // to grow the table and to shift entries back over erased ones.

@@ -49,8 +49,9 @@ enum class Dim : std::int32_t {
   batch, seq, hidden, intermediate, heads, kv_heads, head_dim, vocab, rank,
   seq_plus_one,    ///< S + 1 (the labels padded by one)
   seq_padded_128,  ///< S rounded up to 128 (flash attention's padded sequence)
+  seq_minus_one,   ///< S - 1 (the Trainer's count of the labels the loss takes: labels[..., 1:])
 };
-inline constexpr std::int32_t dim_count = 11;
+inline constexpr std::int32_t dim_count = 12;
 
 /// How a size is computed: a sum of products of dimensions, or by a kernel's launch rules. The
 /// flat form writes the computed kinds as negative term counts.
@@ -114,6 +115,7 @@ struct ProgramDims {
       case Dim::rank: return rank;
       case Dim::seq_plus_one: return checked_add(seq, 1);
       case Dim::seq_padded_128: return checked_add(seq, 127) / 128 * 128;
+      case Dim::seq_minus_one: return checked_sub(seq, 1);
     }
     throw InvalidInput("program", "size factor out of range");
   }
@@ -958,7 +960,7 @@ class StepProgram {
       for (const Term& t : z.terms)
         for (int k = 0; k < t.count; ++k)
           by_seq = by_seq || t.factors[k] == Dim::seq || t.factors[k] == Dim::seq_plus_one ||
-                   t.factors[k] == Dim::seq_padded_128;
+                   t.factors[k] == Dim::seq_padded_128 || t.factors[k] == Dim::seq_minus_one;
       seq_dependent_.push_back(by_seq);
     }
   }
