@@ -11,6 +11,7 @@ recording would not show where one goes); at 360 it does, as at every real model
 On the GPU machine:
   mapfile -t ARMS < <(python3 program_arms.py)
   python3 trace_capture.py --marks --out OUT "${ARMS[@]}"     # then join OUT/trace-*.jsonl
+The Trainer's step (transformers.Trainer, bf16 autocast, bf16 or fp32 weights): --trainer.
 The same arms for the Probe's LibTorch step (config files written to DIR, one line of flags an arm):
   python3 program_arms.py --probe-configs DIR | while read -r f; do
     vramfit probe $f --json --trace-out OUT.jsonl; done
@@ -61,6 +62,25 @@ def arms():
     return out
 
 
+def trainer_arms():
+    """The arms of the Trainer's step (trace_capture.py --marks, "trainer": true): every kind the
+    plain loop's programs hold but kept logits (the Trainer keeps none), with bf16 weights and with
+    fp32 weights under bf16 autocast (mixed precision)."""
+    out = []
+    for weights in ("bf16", "fp32"):
+        for layers in (4, 6):
+            for arch, tied in KINDS:
+                for mode, targets in MODES:
+                    for gc in (False, True):
+                        out.append(dict(arm(arch, tied, mode, targets, layers, 64, gc, False), trainer=True,
+                                        weights=weights))
+        for arch, tied in (("llama", False), ("qwen2", True)):
+            for mode, targets in MODES:
+                for gc in (False, True):
+                    out.append(dict(arm(arch, tied, mode, targets, 4, 128, gc, False), trainer=True, weights=weights))
+    return out
+
+
 def probe_flags(a, config_dir):
     """The same arm for the Probe's LibTorch reference step (`vramfit probe --stack libtorch`):
     writes its config.json into config_dir and returns the flags."""
@@ -83,6 +103,9 @@ if __name__ == "__main__":
         os.makedirs(sys.argv[2], exist_ok=True)
         for a in arms():
             print(" ".join(probe_flags(a, sys.argv[2])))
+    elif sys.argv[1:] == ["--trainer"]:  # the Trainer's step (trace_capture.py runs it for these)
+        for a in trainer_arms():
+            print(json.dumps(a, separators=(",", ":")))
     else:
         for a in arms():
             print(json.dumps(a, separators=(",", ":")))

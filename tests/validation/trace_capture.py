@@ -17,6 +17,8 @@ With --marks the row also has "marks": [position, label] pairs, the position bei
 events before that point: each phase of each step, and each decoder layer's forward start and end
 and backward start (the grad of its output arriving; "recompute" marks a checkpointed layer's
 forward rerun inside the backward); and "trainable": the trainable parameters in order.
+An arm with "trainer": true and "weights" (bf16 or fp32) runs transformers.Trainer's step instead of
+the plain loop (--marks only; run_two_steps_trainer): bf16 autocast over weights of that dtype.
 With --frames, also DIR/frames-N.json.gz: the Python frame of every allocation (for analysis).
 Arms run in order in one process, as the harness runs a group.
 """
@@ -123,6 +125,103 @@ def run_two_steps_marked(model, arm, marks):
     return phases, trainable
 
 
+# An arm of the Trainer's step (trace_capture.py --marks): "trainer": true, "weights": bf16 or fp32.
+TRAINER_KEYS = ("trainer", "weights")
+
+
+def run_two_steps_trainer(model, arm, marks):
+    """Two optimizer steps of transformers.Trainer (bf16 autocast, the Trainer's default optimizer,
+    gradient clipping at 1.0, accumulation 1), marked as run_two_steps_marked marks the plain loop:
+    the forward at training_step's entry (the autocast forward and the loss), the backward at
+    accelerator.backward, the optimizer at the gradient clipping (its norms belong to the
+    optimizer's phase), zero_grad at on_optimizer_step (the scheduler, then model.zero_grad), the end
+    at the second step's on_step_end. The data loader moves each batch to the GPU before
+    training_step: step 1's lands in the build, step 2's in step 1's zero_grad phase, and no third
+    is fetched before the end (a few small requests that steps after the second, run as the
+    second, leave out). Returns (phases, trainable, optim)."""
+    import tempfile
+    torch = H.torch
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    class Data(torch.utils.data.Dataset):  # fixed-length random ids, as trainer_harness.py feeds
+        def __init__(self, n, seq, vocab):
+            self.ids = torch.randint(0, vocab, (n, seq), generator=torch.Generator().manual_seed(0))
+
+        def __len__(self):
+            return self.ids.shape[0]
+
+        def __getitem__(self, i):
+            return {"input_ids": self.ids[i], "labels": self.ids[i].clone()}
+
+    phases = {}
+    at = {"step": 0, "name": None, "begin": None}
+
+    def enter(step, name):
+        """Closes the running phase and opens `name` of `step` ("end": none)."""
+        if (at["step"], at["name"]) == (step, name):
+            return
+        if at["name"] is not None:
+            phases["step%d" % at["step"]][at["name"]] = H._phase_end(at["begin"])
+        if name == "end":
+            at["name"] = None
+            marks.phase = "end"
+            marks.mark("end")
+            return
+        at.update(step=step, name=name)
+        phases.setdefault("step%d" % step, {})
+        at["begin"] = H._phase_begin()
+        marks.phase = "step%d.%s" % (step, name)
+        marks.mark(marks.phase)
+
+    args = TrainingArguments(
+        output_dir=tempfile.mkdtemp(prefix="trace-trainer-"), per_device_train_batch_size=arm["batch"],
+        gradient_accumulation_steps=1, max_steps=2, learning_rate=1e-5, bf16=True, report_to=[],
+        save_strategy="no", logging_strategy="no", eval_strategy="no", disable_tqdm=True, seed=0,
+        dataloader_num_workers=0, max_grad_norm=1.0, gradient_checkpointing=arm["gradient_checkpointing"],
+        gradient_checkpointing_kwargs={"use_reentrant": False} if arm["gradient_checkpointing"] else None)
+
+    class Marker(TrainerCallback):
+        def on_pre_optimizer_step(self, a, state, control, **kw):
+            enter(at["step"], "optimizer")  # where no clipping ran (it marks the optimizer first)
+
+        def on_optimizer_step(self, a, state, control, **kw):
+            enter(at["step"], "zero_grad")
+
+        def on_step_end(self, a, state, control, **kw):
+            if state.global_step == 2:
+                enter(None, "end")
+
+    trainer = Trainer(model=model, args=args, train_dataset=Data(2 * arm["batch"], arm["seq"], arm["shape"]["vocab"]),
+                      callbacks=[Marker()])
+    training_step, acc = trainer.training_step, trainer.accelerator
+    backward, clip = acc.backward, acc.clip_grad_norm_
+
+    def marked_training_step(*a, **k):
+        enter(at["step"] + 1, "forward")
+        return training_step(*a, **k)
+
+    def marked_backward(*a, **k):
+        enter(at["step"], "backward")
+        return backward(*a, **k)
+
+    def marked_clip(*a, **k):
+        enter(at["step"], "optimizer")
+        return clip(*a, **k)
+
+    trainer.training_step, acc.backward, acc.clip_grad_norm_ = marked_training_step, marked_backward, marked_clip
+    trainer.train()
+    if not marks.items or marks.items[-1][1] != "end":
+        raise RuntimeError("the Trainer ran %d steps, not 2" % at["step"])
+    opt = trainer.optimizer
+    inner = getattr(opt, "optimizer", opt)
+    optim = "%s %s (args.optim %s)" % (type(inner).__name__, {k: inner.defaults.get(k) for k in ("fused", "foreach")},
+                                      args.optim)
+    trainable = [[n, list(p.shape), str(p.dtype)] for n, p in model.named_parameters() if p.requires_grad]
+    acc.free_memory()
+    del trainer, opt, inner, acc
+    return phases, trainable, optim
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
@@ -143,17 +242,33 @@ def main():
         stack["step"] = ", ".join(steps)
     H.warmup_context()
     for n, raw in enumerate(a.arms):
-        arm = H.normalize_arm(json.loads(raw))
+        raw = json.loads(raw)
+        trainer = {k: raw.pop(k) for k in TRAINER_KEYS if k in raw}
+        if trainer and ("optim" in raw or not (a.marks and trainer.get("trainer") is True and
+                                                trainer.get("weights") in ("bf16", "fp32"))):
+            raise SystemExit("a Trainer arm needs --marks, \"trainer\": true and \"weights\": bf16 or fp32, and no "
+                             "\"optim\" (it runs the Trainer's default)")
+        arm = H.normalize_arm(raw)
+        if trainer:
+            arm.update(trainer)
         H.clean()
         baseline = int(torch.cuda.memory_allocated())
         torch.cuda.memory._record_memory_history(enabled="all", context="alloc" if a.frames else None,
                                                  stacks="python", max_entries=4_000_000)
         torch.cuda.reset_peak_memory_stats()
         marks = Marks(torch) if a.marks else None
-        model, _ = H.build_model(arm, arm["seq"])
+        optim = None
+        if trainer:  # the Trainer turns checkpointing on itself, from TrainingArguments
+            model, _ = H.build_model(dict(arm, gradient_checkpointing=False), arm["seq"],
+                                     dtype=torch.float32 if arm["weights"] == "fp32" else torch.bfloat16)
+        else:
+            model, _ = H.build_model(arm, arm["seq"])
         res = {"phases": {}}
         trainable = None
-        if marks:
+        if trainer:
+            hook_layers(model, marks)
+            res["phases"], trainable, optim = run_two_steps_trainer(model, arm, marks)
+        elif marks:
             hook_layers(model, marks)
             res["phases"], trainable = run_two_steps_marked(model, arm, marks)
         else:
@@ -164,6 +279,7 @@ def main():
         ordinal = {}
         events, frames, addresses, segments = [], [], [], []
         count = 0
+        foreign = []  # positions, counting every event, of frees of blocks made before recording
         for e in snap["device_traces"][torch.cuda.current_device()]:
             if e["action"] == "segment_alloc":
                 segments.append([len(events), int(e["addr"]), int(e["size"])])
@@ -175,18 +291,27 @@ def main():
                 if a.frames:
                     frames.append(frame_of(e))
             elif e["action"] == "free_completed":
-                events.append(-ordinal.pop(e["addr"]))
+                if e["addr"] in ordinal:
+                    events.append(-ordinal.pop(e["addr"]))
+                else:  # made before recording began (an earlier arm's, collected late): not this arm's,
+                    foreign.append(len(events) + len(foreign))  # but the marks counted it: see below
         # The harness resets the peak at every phase: the run's peak is the largest phase peak.
         phases = [ph for step in res["phases"].values() for ph in step.values()]
         row = {"kind": "trace", "arm": H.row_arm(arm), "baseline": baseline, "phases": res["phases"],
                "peak_allocated": max(ph["peak"] for ph in phases),
                "peak_requested": max(ph["requested_peak"] for ph in phases),
                "live_at_end": len(ordinal), "events": events}
+        if foreign:
+            row["foreign_frees"] = len(foreign)
+        if optim:
+            row["optimizer"] = optim
         if a.addresses:
             row["addresses"] = addresses
             row["segments"] = segments   # [events before it, address, bytes]
         if marks:
-            row["marks"] = marks.items
+            # A mark's position counts every free the allocator completed, the foreign ones too:
+            # less those before it, it indexes `events`.
+            row["marks"] = [[p - sum(1 for f in foreign if f < p), label] for p, label in marks.items]
             row["trainable"] = trainable
         with open(os.path.join(a.out, "trace-%d.jsonl" % n), "w") as f:
             f.write(json.dumps({"kind": "stack", **stack}) + "\n")

@@ -17,6 +17,10 @@ Usage: python3 trace_program.py TRACES.jsonl[.gz] --programs OUT.programs [--che
     python3 tests/validation/trace_program.py tests/data/traces/libtorch_probe_traces.jsonl.gz \
       --stack libtorch --constants 33554432,1048576 --programs tests/data/programs/libtorch.programs \
       --check tests/data/traces/libtorch_real_traces.jsonl.gz
+  and for transformers.Trainer's step (gpu_record_trainer.sh: trace_capture.py's Trainer arms):
+    python3 tests/validation/trace_program.py tests/data/traces/hf_trainer_traces.jsonl.gz \
+      --stack hf_trainer --partial --programs OUT.programs \
+      --check tests/data/traces/hf_trainer_real_traces.jsonl.gz
 """
 import argparse, gzip, itertools, json, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -26,7 +30,7 @@ def dims_of(arm):
     s = arm['shape']
     return {'B': arm['batch'], 'S': arm['seq'], 'h': s['hidden'], 'i': s['intermediate'], 'H': s['heads'],
             'kvh': s['kv_heads'], 'd': s['head_dim'], 'V': s['vocab'], 'r': arm.get('lora_rank') or 0,
-            'S1': arm['seq'] + 1, 'S128': -(-arm['seq'] // 128) * 128}
+            'S1': arm['seq'] + 1, 'S128': -(-arm['seq'] // 128) * 128, 'Sm1': arm['seq'] - 1}
 COEFS = (1, 2, 4, 8, 16)
 CONSTANTS = set()   # request sizes read as constants (--constants)
 def monomials(maxdeg=4):
@@ -613,7 +617,7 @@ def expand(prog, L, D):
     return events
 
 # ---- serialisation to the flat int format the C++ interpreter reads -----------------------
-DIM_CODE = {d: n for n, d in enumerate(['B', 'S', 'h', 'i', 'H', 'kvh', 'd', 'V', 'r', 'S1', 'S128'])}
+DIM_CODE = {d: n for n, d in enumerate(['B', 'S', 'h', 'i', 'H', 'kvh', 'd', 'V', 'r', 'S1', 'S128', 'Sm1'])}
 REF_CODE = {'self': 1, 'cand': 2, 'rep': 3, 'repM': 4, 'rel': 5, 'lsub': 6, 'xrep': 7, 'xrepA': 8,
             'xrepE': 9, 'ljR': 10, 'ljM': 11, 'ljA': 12, 'ljE': 13}
 PHASE_CODE = {'build': 0, 'fpre': 1, 'fwd': 1, 'head': 1, 'bpre': 2, 'bwd': 2, 'opt': 3, 'zero': 4}
@@ -677,9 +681,11 @@ def variant_key(arm):
     s = arm['shape']
     # The targets as the programs name them ("all-linear", "q_proj,v_proj"); rows record the list.
     # Arms recorded before optim and lora_dropout were fields ran AdamW without dropout.
+    # The Trainer's arms name their optimizer by the Trainer's default (fused AdamW) and their weights.
+    optim = 'adamw-fused' if arm.get('trainer') else arm.get('optim') or 'adamw'
     return (arm['arch'], bool(s['tied_embeddings']), arm['mode'], H.targets_text(arm.get('lora_targets')) or '',
-            bool(arm['gradient_checkpointing']), bool(arm['logits_retained']), arm.get('optim') or 'adamw',
-            bool(arm.get('lora_dropout')))
+            bool(arm['gradient_checkpointing']), bool(arm['logits_retained']), optim,
+            bool(arm.get('lora_dropout')), arm.get('weights') or 'bf16')
 
 
 def events_to_end(tr):
@@ -759,8 +765,9 @@ def main(argv=None):
     p.add_argument("traces")
     p.add_argument("--programs", metavar="OUT",
                    help="write the verified programs as a step-program file (include/vramfit/program_file.hpp)")
-    p.add_argument("--stack", default="hf_peft", choices=("hf_peft", "libtorch"),
-                   help="whose programs: the file's stack, hf-peft or libtorch (default hf_peft)")
+    p.add_argument("--stack", default="hf_peft", choices=("hf_peft", "hf_trainer", "libtorch"),
+                   help="whose programs: the file's stack, hf-peft, hf-trainer (trace_capture.py's Trainer "
+                        "arms) or libtorch (default hf_peft)")
     p.add_argument("--constants", default="",
                    help="comma-separated request sizes to keep as constants, not products of the "
                         "dimensions (the cuBLAS workspaces a LibTorch step creates in its first step)")
@@ -768,6 +775,9 @@ def main(argv=None):
                    help="traces of real models (trace_capture.py, one process each): the verified "
                         "program of the same kind must give their large-pool requests and frees "
                         "exactly (at batch 1 the loss makes a few small requests more)")
+    p.add_argument("--partial", action="store_true",
+                   help="exit 0 though some kinds are rejected (they are left out of --programs): the "
+                        "Trainer's built-in file holds the kinds the conversion writes so far")
     a = p.parse_args(argv)
     global CONSTANTS, MONOS, FLASH_SPLITS
     CONSTANTS = {int(x) for x in a.constants.split(',') if x}
@@ -777,10 +787,19 @@ def main(argv=None):
         # accumulator and softmax sums (seqlen_q_rounded in flash-attn's mha_bwd).
         DIMS.append('S128')
         MONOS = monomials()
+    if a.stack == 'hf_trainer':
+        # The Trainer counts the labels that take part in the loss before each step
+        # (num_items_in_batch: labels[..., 1:] != -100, summed): bool and int64 tensors of B (S - 1).
+        DIMS.append('Sm1')
+        MONOS = monomials()
     opener = gzip.open if a.traces.endswith('.gz') else open
     rows = [json.loads(l) for l in opener(a.traces, 'rt')]
     stack = next((r for r in rows if r.get('kind') == 'stack'), {})
     rows = [r for r in rows if r.get('kind') == 'trace']
+    if any(bool(r['arm'].get('trainer')) != (a.stack == 'hf_trainer') for r in rows):
+        p.error('%s: the Trainer\'s traces (arms with "trainer") go with --stack hf_trainer, and only they' % a.traces)
+    if any(r['arm'].get('trainer') and "'fused': True" not in r.get('optimizer', '') for r in rows):
+        p.error('%s: a Trainer trace whose optimizer is not fused AdamW (the programs are labelled adamw-fused)' % a.traces)
     groups = {}
     for r in rows:
         groups.setdefault(variant_key(r['arm']), []).append(r)
@@ -800,7 +819,12 @@ def main(argv=None):
             notes.append('sizes not written over the dimensions: %s' % tr.unknown)
         for other in rs[:-1]:
             t2 = Trace(other)
-            got = allocator_view(expand(prog, t2.L, t2.D))
+            try:
+                got = allocator_view(expand(prog, t2.L, t2.D))
+            except KeyError as e:  # a free of a request the program does not make at this layer count
+                ok = False
+                notes.append('L=%d d=%d: the program cannot run there (frees %s, never requested)' % (t2.L, t2.D['d'], e))
+                continue
             want = events_to_end(t2)
             if other['baseline'] < deep['baseline']:
                 want = drop_process_allocations(want, deep['baseline'] - other['baseline'])
@@ -847,7 +871,7 @@ def main(argv=None):
                 '' if same else ', large-pool requests %s' % ('the same' if large else 'differ at %d' % first_difference(large_pool(got), large_pool(want)))))
     if a.programs:
         write_programs(a.programs, verified, stack, a.stack)
-    return 0 if failed == 0 else 1
+    return 0 if failed == 0 or (a.partial and verified) else 1
 
 
 def program_sections(flat):
@@ -891,18 +915,23 @@ def program_sections(flat):
 
 def stack_record(stack, ns):
     """The GPU and the software the traces were recorded on, from their stack row."""
-    if ns == 'hf_peft':
+    if ns in ('hf_peft', 'hf_trainer'):
         software = 'torch %s, transformers %s, peft %s' % (stack.get('torch', '?'), stack.get('transformers', '?'),
                                                          stack.get('peft', '?'))
         if stack.get('step'):  # a user's own step (vramfit-record --step), not the plain loop
             software += ', step %s' % stack['step']
+        if ns == 'hf_trainer':
+            software += ', accelerate %s, transformers.Trainer' % stack.get('accelerate', '?')
         return stack.get('gpu_name', '?'), software
     return stack.get('gpu', '?'), 'LibTorch %s' % stack.get('torch', '?')
 
 
 def write_programs(path, verified, stack, ns='hf_peft'):
-    """Writes the verified programs in vramfit's step-program file format, version 2
-    (include/vramfit/program_file.hpp reads it): a header, the shared sections, one line per program."""
+    """Writes the verified programs in vramfit's step-program file format (include/vramfit/program_file.hpp
+    reads it): a header, the shared sections, one line per program. Version 3 (each program names
+    its weights' dtype) for the Trainer's programs, where weights may be fp32 under bf16 autocast;
+    version 2 for the others, whose weights are the step's dtype."""
+    version = 3 if ns == 'hf_trainer' else 2
     gpu, software = stack_record(stack, ns)
     sections, index, programs = [], {}, []
     for k, prog, dims in verified:
@@ -915,14 +944,16 @@ def write_programs(path, verified, stack, ns='hf_peft'):
                 index[v] = len(sections)
                 sections.append(v)
             refs.append('#%d' % index[v])
-        arch, tied, mode, targets, gc, ret, optim, dropout = k
+        arch, tied, mode, targets, gc, ret, optim, dropout, weights = k
+        if version == 2 and weights != 'bf16':
+            raise ValueError('%s: weights %s need a version 3 file (the Trainer\'s stack)' % (k, weights))
         hd = (1 if 64 in dims else 0) | (2 if 128 in dims else 0)
-        programs.append('p %s %d %d %s %s %d %d %s %d : %s' % (
+        programs.append('p %s %d %d %s %s %d %d %s %d%s : %s' % (
             arch, 1 if tied else 0, hd, mode, targets or '-', 1 if gc else 0, 1 if ret else 0, optim,
-            1 if dropout else 0, ' '.join(refs)))
+            1 if dropout else 0, ' ' + weights if version == 3 else '', ' '.join(refs)))
     out = ['# vramfit step programs, generated by tests/validation/trace_program.py from marked allocator',
            '# traces. Do not edit: regenerate. Format: include/vramfit/program_file.hpp',
-           'vramfit-programs 2',
+           'vramfit-programs %d' % version,
            'stack %s' % ns.replace('_', '-'),
            'gpu %s' % gpu,
            'software %s' % software,
