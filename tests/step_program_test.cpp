@@ -121,7 +121,7 @@ TEST_CASE("malformed programs are errors that name the program") {
   extra.push_back(0);
   CHECK(bad(extra) == "program");  // trailing data
   auto factor = flat;
-  factor[6] = 11;  // size #1's first factor: no such dimension
+  factor[6] = 12;  // size #1's first factor: no such dimension (0 to 11)
   CHECK(bad(factor) == "program");
   auto kind = flat;
   kind[43] = 99;  // the backward's token kind (block 2 starts at 36; its token at 43): refused when parsed
