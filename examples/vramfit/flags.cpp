@@ -50,7 +50,8 @@ CLI::Option* add_switch(CLI::App& app, const std::string& flag, bool& on, const 
 CLI::Option* add_stack(CLI::App& app, BadValues& bad, Stack& stack) {
   return add_value(app, bad, "--stack", "hf-peft|hf-trainer|libtorch",
                    "hf-peft: HF transformers + PEFT + torch AdamW in a plain loop; hf-trainer: transformers.Trainer "
-                   "(autocast, its optimizers, accumulation, fp32 weights; closed form); libtorch: the probe's lean "
+                   "(autocast, its optimizers, accumulation, fp32 weights; the closed form, simulated where a program of its "
+                   "step applies); libtorch: the probe's lean "
                    "C++ step (default hf-peft)",
                    [&stack](std::string_view v) { stack = parse_stack(v, "--stack"); });
 }

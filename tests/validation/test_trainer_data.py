@@ -170,8 +170,9 @@ class HfPeftGap(unittest.TestCase):
 
 class HfTrainer(unittest.TestCase):
     """The hf-trainer stack against every measured Trainer step: the first step against its first-step
-    figure (--phase first), the later ones against the steady figure. A closed form (no step program
-    of the Trainer is recorded), so an upper bound: never under, as loose as the table prints."""
+    figure (--phase first), the later ones against the steady figure. Where a built-in program of the
+    Trainer's step applies (tests/data/programs/hf-trainer.programs), the allocator simulation: in
+    [1.00, 1.03]; elsewhere the closed form, an upper bound: never under, as loose as the table prints."""
 
     def test_never_under(self):
         if not EXE:
@@ -184,15 +185,19 @@ class HfTrainer(unittest.TestCase):
                 a = r["arm"]
                 flags = trainer_flags(r) + ["--phase", "first" if r["step"] == 1 else "steady"]
                 e = predict(config_of(a["shape"]), flags)
-                self.assertEqual((e["stack"], e["method"]), ("hf-trainer", "closed form"))
+                self.assertEqual(e["stack"], "hf-trainer")
+                simulated = e["method"] == "allocator simulation"
                 step = e["step"]
                 self.assertEqual((step["weights"], step["precision"], step["grad_accum"]),
                                  (a["weights"], a["precision"], a["grad_accum"]))
                 ratio = e["peak_bytes"] / r["peak"]
                 with self.subTest(arm=a["model"], setup=setup(a), step=r["step"]):
                     self.assertGreaterEqual(ratio, 1.0, flags)
-                key = "%s%s%s %s" % (setup(a), " ckpt" if a["gradient_checkpointing"] else "",
-                                     " dropout" if a["lora_dropout"] else "", flags[flags.index("--optim") + 1])
+                    if simulated:
+                        self.assertLessEqual(ratio, 1.03, flags)
+                key = "%s%s%s %s%s" % (setup(a), " ckpt" if a["gradient_checkpointing"] else "",
+                                       " dropout" if a["lora_dropout"] else "", flags[flags.index("--optim") + 1],
+                                       " (simulated)" if simulated else "")
                 ratios.setdefault(key, []).append(ratio)
             every = [x for v in ratios.values() for x in v]
             print("\nhf-trainer's peak / the Trainer's peak, %s, by setup (all steps):" % name)
@@ -200,6 +205,37 @@ class HfTrainer(unittest.TestCase):
                 print("  %-44s %3d steps  %.3f to %.3f" % (k, len(ratios[k]), min(ratios[k]), max(ratios[k])))
             print("  all: %d steps, %.3f to %.3f" % (len(every), min(every), max(every)))
             self.assertLessEqual(max(every), widest)  # as loose as the README says, not looser
+
+
+class HfTrainerRecordedPrograms(unittest.TestCase):
+    """tests/data/recorded/hf-trainer-h100.programs: the Trainer's step programs of the kinds the
+    conversion writes so far (trace_program.py --stack hf_trainer --partial over
+    tests/data/traces/hf_trainer_traces.jsonl.gz), given with --programs. The one verified kind
+    measured on a real model, TinyLlama-1.1B LoRA q_proj,v_proj with bf16 weights, is simulated in
+    [1.00, 1.03]; every other measured step finds no program of its kind and keeps the closed form."""
+    PROGRAMS = os.path.join(HERE, "..", "data", "recorded", "hf-trainer-h100.programs")
+
+    def test_the_recorded_kind_simulates_in_band(self):
+        if not EXE:
+            self.skipTest("VRAMFIT (the built CLI) not set")
+        predict = Predictions(self)
+        simulated = []
+        for r in (r for r in load() + load(HELD_OUT) if r["kind"] == "trainer_step"):
+            a = r["arm"]
+            flags = trainer_flags(r) + ["--phase", "first" if r["step"] == 1 else "steady", "--programs", self.PROGRAMS]
+            e = predict(config_of(a["shape"]), flags)
+            if e["method"] != "allocator simulation":
+                continue
+            ratio = e["peak_bytes"] / r["peak"]
+            simulated.append((a["model"], r["step"], ratio))
+            with self.subTest(arm=a["model"], step=r["step"]):
+                self.assertEqual((a["mode"], a["lora_targets"], a["weights"], a["grad_accum"]),
+                                 ("lora", ["q_proj", "v_proj"], "bf16", 1))
+                self.assertGreaterEqual(ratio, 1.0)
+                self.assertLessEqual(ratio, 1.03)
+        print("\nthe Trainer's recorded programs / the Trainer's peak: %s" %
+              ", ".join("%s step %d %.4f" % x for x in simulated))
+        self.assertEqual(sorted((m, k) for m, k, _ in simulated), [("TinyLlama-1.1B", k) for k in (1, 2, 3)])
 
 
 class FitCheckCallback(unittest.TestCase):
