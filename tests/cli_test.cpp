@@ -361,6 +361,12 @@ TEST_CASE("cli: max-batch and max-seq") {
           {"max seq: 4095\n", "(capped below the config's sliding window of 4096 tokens"});
     fails_naming("--config: sliding_window", {"max-seq", "--config", configs() / "window-1.json", "--budget", "80GB"});
   }
+  SUBCASE("hf-trainer without a built-in program file says so") {
+    nlohmann::json j = json_object(succeeds(0, on_small("predict", {"--stack", "hf-trainer", "--json"})));
+    CHECK(j["method"] == "closed form");
+    CHECK(j["simulation"]["why"] == "no step program of the Trainer's step is built in; the closed form bounds it "
+                                    "(--programs with an hf-trainer file simulates it)");
+  }
 }
 
 TEST_CASE("cli: sweep") {
