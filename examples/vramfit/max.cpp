@@ -49,9 +49,9 @@ public:
                                                          : std::uint64_t{1} << 24;
     SearchResult found = search_batch_ ? max_batch(model.shape, step, budget, flags_.stack, flags_.context(err))
                                        : max_seq(model.shape, step, budget, flags_.stack, flags_.context(err), seq_limit);
-    const bool window_capped = !search_batch_ && model.sliding_window && *model.sliding_window - 1 == seq_limit &&
-                               found.value == seq_limit;
-    if (window_capped) found.borderline_above.clear();  // past the window: not modelled
+    // (At the limit the search lists no borderline value above it: none past the window.)
+    const bool window_capped =
+        !search_batch_ && found.capped && model.sliding_window && *model.sliding_window - 1 == seq_limit;
     const std::uint64_t best = found.value;
     (search_batch_ ? step.batch : step.seq) = best == 0 ? 1 : best;  // the step of `found.at`
     const Estimate& at = found.at;
