@@ -619,6 +619,21 @@ def make_config(arm, max_seq):
     raise ValueError("unknown arch %r" % (arch,))
 
 
+def random_ids_dataset(n, seq, vocab):
+    """The Trainer's dataset in the harnesses (trainer_harness.py, trace_capture.py's Trainer arms):
+    n rows of `seq` random ids (seed 0) below `vocab`, each row its own labels."""
+    class Data(torch.utils.data.Dataset):
+        def __init__(self):
+            self.ids = torch.randint(0, vocab, (n, seq), generator=torch.Generator().manual_seed(0))
+
+        def __len__(self):
+            return self.ids.shape[0]
+
+        def __getitem__(self, i):
+            return {"input_ids": self.ids[i], "labels": self.ids[i].clone()}
+    return Data()
+
+
 def build_model(arm, max_seq, dtype=None):
     """Build the (PEFT-wrapped) model on the GPU exactly as a user would, its weights in `dtype`
     (None: bf16).  Returns (model, info)."""

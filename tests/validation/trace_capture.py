@@ -140,18 +140,7 @@ def run_two_steps_trainer(model, arm, marks):
     is fetched before the end (a few small requests that steps after the second, run as the
     second, leave out). Returns (phases, trainable, optim)."""
     import tempfile
-    torch = H.torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
-
-    class Data(torch.utils.data.Dataset):  # fixed-length random ids, as trainer_harness.py feeds
-        def __init__(self, n, seq, vocab):
-            self.ids = torch.randint(0, vocab, (n, seq), generator=torch.Generator().manual_seed(0))
-
-        def __len__(self):
-            return self.ids.shape[0]
-
-        def __getitem__(self, i):
-            return {"input_ids": self.ids[i], "labels": self.ids[i].clone()}
 
     phases = {}
     at = {"step": 0, "name": None, "begin": None}
@@ -191,7 +180,7 @@ def run_two_steps_trainer(model, arm, marks):
             if state.global_step == 2:
                 enter(None, "end")
 
-    trainer = Trainer(model=model, args=args, train_dataset=Data(2 * arm["batch"], arm["seq"], arm["shape"]["vocab"]),
+    trainer = Trainer(model=model, args=args, train_dataset=H.random_ids_dataset(2 * arm["batch"], arm["seq"], arm["shape"]["vocab"]),
                       callbacks=[Marker()])
     training_step, acc = trainer.training_step, trainer.accelerator
     backward, clip = acc.backward, acc.clip_grad_norm_

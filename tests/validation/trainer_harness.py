@@ -104,17 +104,6 @@ def child_main(arm_json, out_path):
         with open(out_path, "a") as f:
             f.write(json.dumps(row) + "\n")
 
-    class Data(torch.utils.data.Dataset):
-        def __init__(self, n, seq, vocab):
-            g = torch.Generator().manual_seed(0)
-            self.ids = torch.randint(0, vocab, (n, seq), generator=g)
-
-        def __len__(self):
-            return self.ids.shape[0]
-
-        def __getitem__(self, i):
-            return {"input_ids": self.ids[i], "labels": self.ids[i].clone()}
-
     class Peaks(TrainerCallback):
         """Per-phase allocator figures at the Trainer's own hooks."""
 
@@ -180,7 +169,7 @@ def child_main(arm_json, out_path):
         kwargs["optim"] = arm["optim"]
     args = TrainingArguments(**kwargs)
     peaks = callbacks[0]
-    trainer = Trainer(model=model, args=args, train_dataset=Data(n, arm["seq"], arm["shape"]["vocab"]),
+    trainer = Trainer(model=model, args=args, train_dataset=H.random_ids_dataset(n, arm["seq"], arm["shape"]["vocab"]),
                       callbacks=callbacks)
     base = {"kind": "trainer_step", "arm": dict(H.row_arm(arm)), "optim_resolved": str(args.optim),
             "optim_default": arm["optim"] is None, "built": built}
