@@ -57,6 +57,31 @@ TEST_CASE("a size over S - 1 (the Trainer's count of the labels the loss takes) 
   CHECK(test::field_of([&] { (void)StepProgram(program(12)); }) == "program");  // no 13th dimension
 }
 
+TEST_CASE("the clip's partial sums grow with the layer count and the largest tensor's chunks") {
+  // One size: 4 B per trainable tensor (9 per layer, 2 outside them) per 65536-element chunk of the
+  // largest of V h and i h; requested in the build and kept; an empty step 1 ends the build.
+  const auto program = [](std::int32_t element_bytes) {
+    return std::vector<std::int32_t>{1, -5, element_bytes, 9, 2, 2, 2, 7, 2, -1, -1, 2, 3, 2, -1, -1, 0,  // sizes
+                                     2, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0,  // the build requests #0
+                                     0, 1, 1, 0};                            // step 1: nothing
+  };
+  const StepProgram p(program(4));
+  // The recorded Trainer's first optimizer request (tests/data/traces/hf_trainer_traces.jsonl.gz,
+  // Llama tied, V 3001, h 360, i 872): 2,584 B at 4 layers and 3,808 B at 6 (38 and 56 tensors, 17
+  // chunks of the embedding's 1,080,360 elements), in blocks of 3,072 and 4,096 B.
+  const ProgramDims small{.batch = 7, .seq = 416, .hidden = 360, .intermediate = 872, .vocab = 3001};
+  CHECK(foreach_norm_partials_bytes(4, 38, 3001 * 360) == 2584);
+  CHECK(foreach_norm_partials_bytes(4, 56, 3001 * 360) == 3808);
+  CHECK(p.run(small, 4, Bytes{}, false).after_build.count() == 3072);
+  CHECK(p.run(small, 6, Bytes{}, false).after_build.count() == 4096);
+  // Llama-3.2-1B (16 layers, V 128256, h 2048): 146 tensors of 4,008 chunks, a 2.3 MB large block.
+  const ProgramDims llama{.hidden = 2048, .intermediate = 8192, .vocab = 128256};
+  CHECK(p.run(llama, 16, Bytes{}, false).after_build.count() == (4 * 146 * 4008 + 511) / 512 * 512);
+  // With the largest tensor under one chunk (the small LoRA matrices), one partial sum per tensor.
+  CHECK(foreach_norm_partials_bytes(4, 88, 8 * 5632) == 4 * 88);
+  CHECK(test::field_of([&] { (void)StepProgram(program(0)); }) == "program");  // no element size
+}
+
 TEST_CASE("the resolver's key map answers as a std::map through inserts, overwrites and erases") {
   // Keys clustered as the resolver's are (few high bits set, runs of neighbours), enough of them
   // to grow the table and to shift entries back over erased ones.

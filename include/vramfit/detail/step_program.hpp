@@ -13,7 +13,9 @@
 /// The flat form (int32): a size table, then blocks.
 ///   sizes:  n, then per size: terms (or a negative `SizeKind`), per term (coef, factors, f0..f3:
 ///           `Dim` indices, -1 unused), then a constant. reduce_*: the outputs' and the inputs'
-///           products (factors, f0..f3 each) and 0; flash_*: 0.
+///           products (factors, f0..f3 each) and 0; flash_*: 0; tensor_chunks: bytes per element,
+///           tensors per layer, tensors outside the layers, k (0 to 8), k products (factors,
+///           f0..f3 each: the tensors' element counts), and 0.
 ///   blocks: n, then per block: `BlockKind`, step (0 build, 1, 2), `ProgramPhase`, and
 ///           sequence: parts, per part: repeat? (0/1), c (a repeat runs layers - c times), tokens;
 ///           layers:   down? (1: layers L-1..0), lo, hi, template tokens, then the tokens of layers
@@ -54,8 +56,24 @@ enum class Dim : std::int32_t {
 inline constexpr std::int32_t dim_count = 12;
 
 /// How a size is computed: a sum of products of dimensions, or by a kernel's launch rules. The
-/// flat form writes the computed kinds as negative term counts.
-enum class SizeKind : std::int32_t { products = 0, reduce_buffer = -1, reduce_semaphore = -2, flash_lse = -3, flash_out = -4 };
+/// flat form writes the computed kinds as negative term counts. `tensor_chunks`: a partial sum per
+/// trainable tensor and per chunk of the largest (`foreach_norm_partials_bytes`), which grows with
+/// the layer count.
+enum class SizeKind : std::int32_t {
+  products = 0, reduce_buffer = -1, reduce_semaphore = -2, flash_lse = -3, flash_out = -4, tensor_chunks = -5
+};
+
+/// The Trainer clips the grads before each optimizer step (`clip_grad_norm_`, max_grad_norm 1.0):
+/// one `torch._foreach_norm` over the trainable tensors, whose CUDA kernel first asks for a zeroed
+/// partial sum in the opmath type per tensor and per 65536-element chunk of the largest tensor
+/// (`foreach_tensor_norm_cuda`'s output_per_tensor, ntensors * max_chunks_per_tensor elements, with
+/// multi_tensor_apply's kChunkSize 65536; ATen's native/cuda/ForeachReduceOp.cu).
+inline std::uint64_t foreach_norm_partials_bytes(std::uint64_t element_bytes, std::uint64_t tensors,
+                                                 std::uint64_t largest_numel) {
+  constexpr std::uint64_t chunk = 65536;
+  const std::uint64_t chunks = largest_numel / chunk + (largest_numel % chunk != 0 ? 1 : 0);
+  return checked_mul(checked_mul(element_bytes, tensors), std::max<std::uint64_t>(chunks, 1));
+}
 
 /// A token: a request (of a size index), or a free of an earlier request named relative to the
 /// current repeat or layer (see `StepProgram::resolve`). Names as trace_program.py writes them.
@@ -361,7 +379,7 @@ class StepProgram {
   /// The program's requests and frees for these dimensions and layers (`ProgramOps`), to run under
   /// many placements.
   [[nodiscard]] ProgramOps resolve(const ProgramDims& dims, std::uint64_t layers) const {
-    const std::vector<std::uint64_t> sizes = sizes_at(dims);
+    const std::vector<std::uint64_t> sizes = sizes_at(dims, layers);
     const std::vector<const std::vector<std::uint64_t>*> steps(3, &sizes);
     return resolve_steps(steps, layers, StepsKind::fixed);
   }
@@ -384,7 +402,7 @@ class StepProgram {
       if (it == at.end()) {
         ProgramDims d = dims;
         d.seq = q;
-        at.emplace_back(q, sizes_at(d));
+        at.emplace_back(q, sizes_at(d, layers));
         it = std::prev(at.end());
       }
       steps.push_back(&it->second);
@@ -396,7 +414,7 @@ class StepProgram {
   /// lengths 1 to `dims.seq` (`longest_sizes`), its requests from the first sequence-dependent one
   /// on charged (`ProgramOps::Code::charged_request`).
   [[nodiscard]] ProgramOps resolve_slack_bound(const ProgramDims& dims, std::uint64_t layers) const {
-    const std::vector<std::uint64_t> longest = longest_sizes(dims);
+    const std::vector<std::uint64_t> longest = longest_sizes(dims, layers);
     const std::vector<const std::vector<std::uint64_t>*> steps(3, &longest);
     return resolve_steps(steps, layers, StepsKind::slack_bound);
   }
@@ -425,19 +443,20 @@ class StepProgram {
   }
 
   /// Each size's largest value over sequence lengths 1 to `dims.seq` at the other dimensions of
-  /// `dims`: a sum of products with positive coefficients grows with the length, so its value at
-  /// `dims.seq`; the sizes computed by launch rules (`SizeKind`) by trying every length.
-  [[nodiscard]] std::vector<std::uint64_t> longest_sizes(const ProgramDims& dims) const {
+  /// `dims` and `layers`: a sum of products with positive coefficients grows with the length, so
+  /// its value at `dims.seq`, as does a size of `tensor_chunks` (its products have positive
+  /// coefficients); the sizes computed by launch rules (`SizeKind`) by trying every length.
+  [[nodiscard]] std::vector<std::uint64_t> longest_sizes(const ProgramDims& dims, std::uint64_t layers) const {
     std::vector<std::uint64_t> out;
     out.reserve(sizes_.size());
     for (const auto& z : sizes_) {
-      if (z.kind == SizeKind::products) {
-        out.push_back(evaluate(z, dims));
+      if (z.kind == SizeKind::products || z.kind == SizeKind::tensor_chunks) {
+        out.push_back(evaluate(z, dims, layers));
         continue;
       }
       std::uint64_t most = 0;
       ProgramDims d = dims;
-      for (d.seq = 1; d.seq <= dims.seq; ++d.seq) most = std::max(most, evaluate(z, d));
+      for (d.seq = 1; d.seq <= dims.seq; ++d.seq) most = std::max(most, evaluate(z, d, layers));
       out.push_back(most);
     }
     return out;
@@ -557,10 +576,10 @@ class StepProgram {
   // slack bound's loop (`resolve_slack_bound`).
   enum class StepsKind { fixed, loop, slack_bound };
 
-  std::vector<std::uint64_t> sizes_at(const ProgramDims& dims) const {
+  std::vector<std::uint64_t> sizes_at(const ProgramDims& dims, std::uint64_t layers) const {
     std::vector<std::uint64_t> sizes;
     sizes.reserve(sizes_.size());
-    for (const auto& s : sizes_) sizes.push_back(evaluate(s, dims));
+    for (const auto& s : sizes_) sizes.push_back(evaluate(s, dims, layers));
     return sizes;
   }
 
@@ -635,9 +654,10 @@ class StepProgram {
     int count;
   };
   struct Size {
-    std::vector<Term> terms;  // reduce_*: terms[0] the outputs, terms[1] the inputs
+    std::vector<Term> terms;  // reduce_*: terms[0] the outputs, terms[1] the inputs; tensor_chunks: the numels
     std::int64_t constant = 0;
     SizeKind kind = SizeKind::products;
+    std::uint64_t element_bytes = 0, tensors_per_layer = 0, tensors_fixed = 0;  // tensor_chunks
   };
   struct Token {
     TokenOp op;
@@ -666,8 +686,14 @@ class StepProgram {
   }
 
   // 0: no request (a sum that is not split at these dimensions).
-  static std::uint64_t evaluate(const Size& s, const ProgramDims& d) {
+  static std::uint64_t evaluate(const Size& s, const ProgramDims& d, std::uint64_t layers) {
     switch (s.kind) {
+      case SizeKind::tensor_chunks: {
+        std::uint64_t largest = 0;
+        for (const Term& t : s.terms) largest = std::max(largest, product(t, d));
+        const std::uint64_t tensors = checked_add(checked_mul(s.tensors_per_layer, layers), s.tensors_fixed);
+        return foreach_norm_partials_bytes(s.element_bytes, tensors, largest);
+      }
       case SizeKind::flash_lse:
       case SizeKind::flash_out: {
         const FlashAccumulators f = flash_accumulator_bytes(d.batch, d.heads, d.seq, d.head_dim, d.multiprocessors);
@@ -906,6 +932,22 @@ class StepProgram {
       if (n == static_cast<std::int32_t>(SizeKind::flash_lse) || n == static_cast<std::int32_t>(SizeKind::flash_out)) {
         s.kind = static_cast<SizeKind>(n);
         if (next() != 0) throw InvalidInput("program", "a flash accumulator's size has a constant");
+        continue;
+      }
+      if (n == static_cast<std::int32_t>(SizeKind::tensor_chunks)) {
+        s.kind = SizeKind::tensor_chunks;
+        const std::int32_t element_bytes = next(), per_layer = next(), fixed = next();
+        if (element_bytes < 1 || element_bytes > 8 || per_layer < 0 || per_layer > 4096 || fixed < 0 || fixed > 4096)
+          throw InvalidInput("program", "a per-tensor size's counts are out of range");
+        s.element_bytes = static_cast<std::uint64_t>(element_bytes);
+        s.tensors_per_layer = static_cast<std::uint64_t>(per_layer);
+        s.tensors_fixed = static_cast<std::uint64_t>(fixed);
+        s.terms.resize(count(8));  // the tensors' element counts; the largest sets the chunks
+        for (auto& t : s.terms) {
+          t.coef = 1;
+          factors(t);
+        }
+        if (next() != 0) throw InvalidInput("program", "a per-tensor size has a constant");
         continue;
       }
       if (n == static_cast<std::int32_t>(SizeKind::reduce_buffer) ||
