@@ -22,7 +22,7 @@ Usage: python3 trace_program.py TRACES.jsonl[.gz] --programs OUT.programs [--che
       --stack hf_trainer --partial --programs OUT.programs \
       --check tests/data/traces/hf_trainer_real_traces.jsonl.gz
 """
-import argparse, gzip, itertools, json, os, sys
+import argparse, gzip, itertools, json, os, re, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_harness as H  # no torch at import
 DIMS = ['B','S','h','i','H','kvh','d','V','r','S1']
@@ -30,7 +30,8 @@ def dims_of(arm):
     s = arm['shape']
     return {'B': arm['batch'], 'S': arm['seq'], 'h': s['hidden'], 'i': s['intermediate'], 'H': s['heads'],
             'kvh': s['kv_heads'], 'd': s['head_dim'], 'V': s['vocab'], 'r': arm.get('lora_rank') or 0,
-            'S1': arm['seq'] + 1, 'S128': -(-arm['seq'] // 128) * 128, 'Sm1': arm['seq'] - 1}
+            'S1': arm['seq'] + 1, 'S128': -(-arm['seq'] // 128) * 128, 'Sm1': arm['seq'] - 1,
+            'L': s['layers']}   # L: only the 'tensors' sizes read it (no monomial has it)
 COEFS = (1, 2, 4, 8, 16)
 CONSTANTS = set()   # request sizes read as constants (--constants)
 def monomials(maxdeg=4):
@@ -128,7 +129,10 @@ FLASH_SPLITS = False   # --stack libtorch: the Probe's step runs flash attention
 
 def value(expr, D):
     """expr: {'terms': [[coef, monomial]...], 'c': const}, or a reduction's staging buffer or
-    semaphore {'reduce': 'buf'|'sem', 'out': monomial, 'in': monomial} (0: not requested)."""
+    semaphore {'reduce': 'buf'|'sem', 'out': monomial, 'in': monomial} (0: not requested), or
+    per-tensor partial sums {'tensors': [bytes, per layer, fixed], 'chunks': [monomial...]}."""
+    if 'tensors' in expr:
+        return tensor_chunks_size(expr, D)
     if 'reduce' in expr:
         b, s = reduce_sizes(mono_value(expr['out'], D), mono_value(expr['in'], D))
         return b if expr['reduce'] == 'buf' else s
@@ -141,6 +145,48 @@ def value(expr, D):
         for x in m: v *= D[x]
         tot += v
     return tot + expr.get('c', 0)
+# The Trainer clips the grads (clip_grad_norm_, max_grad_norm 1.0) before each optimizer step: one
+# torch._foreach_norm over every trainable tensor, whose CUDA kernel first asks for a zeroed
+# float partial sum per tensor and per 65536-element chunk of the largest tensor
+# (foreach_tensor_norm_cuda: output_per_tensor, ntensors * max_chunks_per_tensor opmath elements,
+# kChunkSize 65536; aten/src/ATen/native/cuda/ForeachReduceOp.cu). Its size grows with the layer
+# count, which no monomial of the dimensions holds. include/vramfit/detail/step_program.hpp
+# (SizeKind::tensor_chunks) computes the same.
+FOREACH_CHUNK = 65536
+
+
+def tensor_chunks_size(expr, D):
+    nbytes, per_layer, fixed = expr['tensors']
+    chunks = 1
+    if expr['chunks']:
+        chunks = -(-max(mono_value(m, D) for m in expr['chunks']) // FOREACH_CHUNK)
+    return nbytes * (per_layer * D['L'] + fixed) * chunks
+
+
+def trainable_tensors(row, sym):
+    """The clip's tensors from a trace row's trainable list: (per layer, fixed, the numels as
+    monomials of the dimensions); None when a numel is no monomial or the layers differ."""
+    L = row['arm']['shape']['layers']
+    per = {}
+    fixed, monos = 0, set()
+    for name, shape, _dtype in row.get('trainable') or []:
+        n = 1
+        for x in shape: n *= x
+        e, _ = sym.find(n)
+        if not e or e['terms'][0][0] != 1:
+            return None
+        monos.add(tuple(e['terms'][0][1]))
+        m = re.search(r'\.layers\.(\d+)\.', name)
+        if m:
+            per[int(m.group(1))] = per.get(int(m.group(1)), 0) + 1
+        else:
+            fixed += 1
+    counts = set(per.values())
+    if sorted(per) != list(range(L)) or len(counts) != 1:
+        return None
+    return counts.pop(), fixed, sorted(monos)
+
+
 class Symbolizer:
     def __init__(self, D):
         self.D = D
@@ -179,6 +225,8 @@ class Symbolizer:
                 return e, amb
         return {'terms': [], 'c': v}, []
 def key(expr):
+    if 'tensors' in expr:
+        return 'tensors(%d*(%d*L+%d);%s)' % (tuple(expr['tensors']) + ('|'.join('*'.join(m) for m in expr['chunks']),))
     if 'flash' in expr:
         return 'flash_%s_accum' % expr['flash']
     if 'reduce' in expr:
@@ -208,16 +256,42 @@ class Trace:
         sym = Symbolizer(self.D)
         self.reductions = self.find_reductions()
         self.reductions.update(self.injected)
+        self.reductions.update(self.find_clip_partials(sym))
         for e in self.events:
             if e > 0:
                 k += 1
                 ex, amb = (self.reductions[k], []) if k in self.reductions else sym.symbolize(e)
-                if not ex.get('terms') and 'reduce' not in ex and e >= 4096 and e not in CONSTANTS: self.unknown[e] = self.unknown.get(e, 0) + 1
+                if not ex.get('terms') and 'reduce' not in ex and 'tensors' not in ex and e >= 4096 and e not in CONSTANTS: self.unknown[e] = self.unknown.get(e, 0) + 1
                 self.alloc_expr[k] = ex
                 self.tokens.append(('A', k))
             else:
                 self.tokens.append(('F', -e))
 
+
+    def find_clip_partials(self, sym):
+        """A clip (the Trainer's, or a user step's that clips first): the first request of each
+        optimizer phase, when it is the float partial sums of _foreach_norm over the trainable
+        tensors (tensor_chunks_size); ordinal -> expression."""
+        if not self.marks:
+            return {}
+        found = trainable_tensors(self.row, sym)
+        if not found:
+            return {}
+        per_layer, fixed, monos = found
+        expr = {'tensors': [4, per_layer, fixed], 'chunks': [list(m) for m in monos]}
+        want = tensor_chunks_size(expr, self.D)
+        ords, k = [], 0
+        for e in self.events:
+            if e > 0: k += 1
+            ords.append(k)
+        out = {}
+        for pos, label in self.marks:
+            if not label.endswith('.optimizer'):
+                continue
+            first = next((i for i in range(pos, len(self.events)) if self.events[i] > 0), None)
+            if first is not None and self.events[first] == want:
+                out[ords[first]] = expr
+        return out
 
     def insert_flash_accumulators(self):
         """After each flash forward's output and logsumexp (2 B S H d and 4 B S H bytes, then its
@@ -431,7 +505,9 @@ def detect_reps(tokens, bid, L, maxu=600):
                         break
                     r += 1
                 if L - 2 <= r <= L + 1 and r >= 2 and u >= 2:
-                    cov = r * u
+                    # A repeat of exactly L units first: a run of like requests (one per tensor
+                    # of the clip, 9 L + 2 of them) also splits into L + 1 units of another width.
+                    cov = (r == L, r * u)
                     if best is None or cov > best[0]:
                         best = (cov, u, r, ua, mode)
                     break
@@ -662,6 +738,12 @@ def serialise(prog):
         if 'flash' in e:
             head += [-3 if e['flash'] == 'lse' else -4, 0]
             continue
+        if 'tensors' in e:
+            head += [-5] + list(e['tensors']) + [len(e['chunks'])]
+            for m in e['chunks']:
+                head += [len(m)] + [DIM_CODE[x] for x in m] + [-1] * (4 - len(m))
+            head += [0]
+            continue
         if 'reduce' in e:
             head += [-1 if e['reduce'] == 'buf' else -2]
             for m in (e['out'], e['in']):
@@ -886,7 +968,7 @@ def program_sections(flat):
     i = 1
     for _ in range(n):
         t = flat[i]
-        i += 1 + (6 * t + 1 if t >= 0 else 11 if t in (-1, -2) else 1)
+        i += 1 + (6 * t + 1 if t >= 0 else 11 if t in (-1, -2) else 5 + 5 * flat[i + 4] if t == -5 else 1)
     items.append(('sec', tuple(flat[:i])))
     def lits(k):
         nonlocal i
