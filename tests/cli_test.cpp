@@ -361,11 +361,14 @@ TEST_CASE("cli: max-batch and max-seq") {
           {"max seq: 4095\n", "(capped below the config's sliding window of 4096 tokens"});
     fails_naming("--config: sliding_window", {"max-seq", "--config", configs() / "window-1.json", "--budget", "80GB"});
   }
-  SUBCASE("hf-trainer without a built-in program file says so") {
-    nlohmann::json j = json_object(succeeds(0, on_small("predict", {"--stack", "hf-trainer", "--json"})));
-    CHECK(j["method"] == "closed form");
-    CHECK(j["simulation"]["why"] == "no step program of the Trainer's step is built in; the closed form bounds it "
-                                    "(--programs with an hf-trainer file simulates it)");
+  SUBCASE("hf-trainer simulates the kinds its built-in programs hold, and says why not elsewhere") {
+    nlohmann::json full = json_object(succeeds(0, on_small("predict", {"--stack", "hf-trainer", "--mode", "full", "--json"})));
+    CHECK(full["method"] == "allocator simulation");
+    CHECK(full["peak_bytes"] == full["simulation"]["peak_bytes"]);
+    nlohmann::json acc = json_object(
+        succeeds(0, on_small("predict", {"--stack", "hf-trainer", "--mode", "full", "--grad-accum", "2", "--json"})));
+    CHECK(acc["method"] == "closed form");
+    CHECK(acc["simulation"]["why"] == "recorded with gradient accumulation 1 only");
   }
 }
 

@@ -26,9 +26,10 @@ or output that is not the expected JSON raise; nothing falls back to a default.
 
 What it predicts: `flags_from_trainer` and the callback use vramfit's `hf-trainer` stack, the
 Trainer's own step on one GPU: autocast (bf16/fp16, fp32 weights under it), its optimizer
-(`args.optim`: adamw_torch_fused, adamw_torch, adafactor, sgd), gradient accumulation. It is a
-closed form, an upper bound of the allocated peak (no step program of the Trainer is built in yet),
-measured 1.01 to 1.55 of the Trainer's peak on an H100. A run on several ranks (or with FSDP or
+(`args.optim`: adamw_torch_fused, adamw_torch, adafactor, sgd), gradient accumulation. Where a
+built-in step program covers the kind (fused AdamW at accumulation 1: full fine-tuning with bf16
+weights, some fp32-weight and LoRA kinds) it is the allocator simulation, measured 1.000 to 1.015 of the Trainer's peak on an
+H100; elsewhere a closed form, an upper bound of the allocated peak, measured 1.01 to 1.55. A run on several ranks (or with FSDP or
 DeepSpeed) raises ValueError: that step is not modelled. Next to the flags, `flags_from_trainer` returns the
 caveats: what the TrainingArguments set that the CLI cannot express, and the callback warns with
 them. `predict` and `max_batch` take `stack=` like any flag (the CLI's default is `hf-peft`).
