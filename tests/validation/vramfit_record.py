@@ -17,10 +17,15 @@ each adapter): run it once per combination your loops use.
 
 With --step FILE.py the models run your own training step (a function in that file; see --help)
 instead of the plain loop, and the file written holds your step's programs: give it to vramfit
-with --programs, and the kinds you recorded are predicted for your loop.
+with --programs, and the kinds you recorded are predicted for your loop. With --step trainer they
+run transformers.Trainer's own step (bf16 autocast, its default optimizer, clipping at 1.0,
+accumulation 1) over weights of --weights (bf16, or fp32 under autocast), and the file is the
+hf-trainer stack's: predict with --stack hf-trainer --precision bf16 --weights W --programs FILE. Kinds the
+conversion rejects are left out of the file (exit 1), and take the closed form.
 
 Usage:
   vramfit-record --config path/to/config.json --out my.programs
+  vramfit-record --config path/to/config.json --out trainer.programs --step trainer --weights fp32
   vramfit predict --config path/to/config.json --programs my.programs ...
   vramfit-record --config CONFIG --out FILE --from-traces TRACES.jsonl[.gz]   # convert only, no GPU
 
@@ -67,12 +72,29 @@ def architecture(config):
     return arch, bool(config.get("tie_word_embeddings", False)), head_dim
 
 
-def plan(config, optim="adamw", lora_dropout=0.0, step_file=None):
+TRAINER = "trainer"  # --step trainer: transformers.Trainer's own step (trace_capture.py's Trainer arms)
+WEIGHTS = ("bf16", "fp32")
+
+
+def plan(config, optim="adamw", lora_dropout=0.0, step_file=None, weights=None):
     """The arms to record for CONFIG: every kind of step at 4 and 6 layers, with the optimizer
     `optim` and, on the LoRA kinds, dropout `lora_dropout` (full fine-tuning has no adapters). With
     `step_file` (a user's train_step, hf_harness.load_step) the arms run that step, and the kept-logits
-    kinds are left out: whether logits outlive the forward is the user's step's own doing."""
+    kinds are left out: whether logits outlive the forward is the user's step's own doing. With
+    step_file "trainer", the Trainer's step over `weights` (bf16 or fp32), its default optimizer
+    (fused AdamW), no dropout; kept logits left out too."""
     arch, tied, head_dim = architecture(config)
+    if weights is not None and step_file != TRAINER:
+        raise RecordError("--weights: only the Trainer's step (--step trainer) runs fp32 weights under autocast")
+    if step_file == TRAINER:
+        if weights not in WEIGHTS:
+            raise RecordError("--weights: must be one of %s, got %r" % (", ".join(WEIGHTS), weights))
+        if optim != "adamw" or lora_dropout:
+            raise RecordError("--step trainer: the Trainer's step runs its default optimizer (fused AdamW) "
+                              "without dropout; --optim and --lora-dropout do not apply")
+        return [dict(program_arms.arm(arch, tied, mode, targets, layers, head_dim, gc, False), trainer=True,
+                     weights=weights)
+                for layers in LAYERS for mode, targets, gc, ret in KINDS_OF_STEP if not ret]
     if optim not in OPTIMIZERS:
         raise RecordError("--optim: must be one of %s, got %r" % (", ".join(OPTIMIZERS), optim))
     if not 0 <= lora_dropout < 1:  # NaN too
@@ -152,11 +174,14 @@ def main(argv=None):
                         "(0.9; one buffer per parameter) or without (default adamw)")
     p.add_argument("--lora-dropout", default="0", metavar="P",
                    help="your LoRA dropout, 0 to below 1 (default 0; above 0 each adapter keeps a mask)")
-    p.add_argument("--step", metavar="FILE.py",
+    p.add_argument("--step", metavar="FILE.py|trainer",
                    help="your own training step instead of the plain loop: a Python file defining "
                         "train_step(model, batch, optimizer, phase), each of its parts inside with phase('forward'), "
                         "'backward', 'optimizer', 'zero_grad', in order, and optionally make_optimizer(params); "
-                        "--optim then names the optimizer it runs (an example: steps/fused_adamw_clip.py beside this script)")
+                        "--optim then names the optimizer it runs (an example: steps/fused_adamw_clip.py beside this script). "
+                        "'trainer': transformers.Trainer's own step (give --weights)")
+    p.add_argument("--weights", metavar="|".join(WEIGHTS),
+                   help="with --step trainer: the weights' dtype (bf16, or fp32 under bf16 autocast)")
     a = p.parse_args(argv)
     try:
         try:
@@ -170,7 +195,7 @@ def main(argv=None):
             dropout = float(a.lora_dropout)
         except ValueError:
             raise RecordError("--lora-dropout: must be a number in [0, 1), got %r" % a.lora_dropout)
-        arms = plan(config, a.optim, dropout, a.step)
+        arms = plan(config, a.optim, dropout, a.step, a.weights)
         with tempfile.TemporaryDirectory(prefix="vramfit-record-") as work:
             traces = a.keep_traces or os.path.join(work, "traces.jsonl.gz")
             if a.from_traces:
@@ -181,15 +206,17 @@ def main(argv=None):
                 join_traces(work, len(arms), traces)
             print("vramfit-record: checking each program against the other layer count and writing %s" % a.out,
                   flush=True)
-            status = trace_program.main([traces, "--programs", a.out])
+            status = trace_program.main([traces, "--programs", a.out] +
+                                        (["--stack", "hf_trainer"] if a.step == TRAINER else []))
     except (OSError, ValueError, RecordError) as e:
         print("vramfit-record: error: %s" % e, file=sys.stderr)
         return 2
     if status != 0:
         print("vramfit-record: some kinds were rejected (above); %s holds the others" % a.out, file=sys.stderr)
         return 1
-    print("vramfit-record: wrote %s; use it with: vramfit predict --config %s --programs %s ..."
-          % (a.out, a.config, a.out))
+    print("vramfit-record: wrote %s; use it with: vramfit predict --config %s%s --programs %s ..."
+          % (a.out, a.config, " --stack hf-trainer --precision bf16 --weights %s" % a.weights if a.step == TRAINER else "",
+             a.out))
     return 0
 
 
