@@ -174,16 +174,15 @@ class TheTrainersStep(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "trainer.programs")
             cfg = os.path.join(DATA, "configs", "Llama-3.2-1B.json")
-            # Exit 1: five of the eight kinds are rejected; the file holds the three verified.
+            # All eight kinds of the Trainer's step verify (kept logits are not recorded for it).
             self.assertEqual(R.main(["--config", cfg, "--out", out, "--from-traces", self.TRAINER_TRACES,
-                                     "--step", "trainer", "--weights", "fp32"]), 1)
+                                     "--step", "trainer", "--weights", "fp32"]), 0)
             with open(out) as f:
                 lines = f.read().splitlines()
             self.assertEqual(lines[2:4], ["vramfit-programs 3", "stack hf-trainer"])
-            self.assertEqual(sorted(l.split(" : ")[0] for l in lines if l.startswith("p ")),
-                             ["p llama 1 1 full - 0 0 adamw-fused 0 fp32",
-                              "p llama 1 1 lora all-linear 0 0 adamw-fused 0 fp32",
-                              "p llama 1 1 lora q_proj,v_proj 0 0 adamw-fused 0 fp32"])
+            kinds = sorted(l.split(" : ")[0] for l in lines if l.startswith("p "))
+            self.assertEqual(len(kinds), 8)
+            self.assertTrue(all(k.startswith("p llama 1 1 ") and k.endswith(" 0 adamw-fused 0 fp32") for k in kinds), kinds)
             if not EXE:
                 self.skipTest("VRAMFIT (the built CLI) not set")
             for flags in (["--mode", "full", "--seq", "1024"], ["--lora-targets", "all-linear", "--batch", "2"]):
