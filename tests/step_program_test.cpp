@@ -77,9 +77,16 @@ TEST_CASE("the clip's partial sums grow with the layer count and the largest ten
   // Llama-3.2-1B (16 layers, V 128256, h 2048): 146 tensors of 4,008 chunks, a 2.3 MB large block.
   const ProgramDims llama{.hidden = 2048, .intermediate = 8192, .vocab = 128256};
   CHECK(p.run(llama, 16, Bytes{}, false).after_build.count() == (4 * 146 * 4008 + 511) / 512 * 512);
-  // With the largest tensor under one chunk (the small LoRA matrices), one partial sum per tensor.
+  // With the largest tensor under one chunk (the small LoRA matrices), one partial sum per tensor;
+  // an empty largest tensor has no chunk, and ATen asks for nothing.
   CHECK(foreach_norm_partials_bytes(4, 88, 8 * 5632) == 4 * 88);
+  CHECK(foreach_norm_partials_bytes(4, 88, 0) == 0);
   CHECK(test::field_of([&] { (void)StepProgram(program(0)); }) == "program");  // no element size
+  // With no products, one element a tensor: the stack of the per-tensor norms, 2 B each in bf16
+  // (76 B at 4 layers in the same traces, 1,680 B of fp32 norms for 420 LoRA tensors).
+  const std::vector<std::int32_t> stacked = {1, -5, 2, 9, 2, 0, 0, 2, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 1, 0};
+  CHECK(StepProgram(stacked).run(small, 4, Bytes{}, false).after_build.count() == 512);
+  CHECK(StepProgram(stacked).run(small, 100, Bytes{}, false).after_build.count() == 2048);  // 1,804 B
 }
 
 TEST_CASE("the resolver's key map answers as a std::map through inserts, overwrites and erases") {

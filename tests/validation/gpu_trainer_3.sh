@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One GPU session for the Trainer's built-in programs: the held-out Trainer arms of the kinds that
 # convert (trainer_arms_3.json, a real Trainer per arm in a fresh process, six at a time) and marked
-# allocator traces of five real models of those kinds (trainer_check_arms_2.json), which
-# trace_program.py --check compares with the programs, and vramfit-record --step trainer for
+# allocator traces of seven real models (trainer_check_arms_2.json: five of built-in kinds, and the
+# two kinds left out, to find their mebibyte), which trace_program.py --check compares with the programs, and vramfit-record --step trainer for
 # Qwen2.5-0.5B's architecture. Logs are tarred (at most 8 files come back).
 # Usage (on the GPU machine, from the repo root): OUT=... bash tests/validation/gpu_trainer_3.sh
 set -uo pipefail

@@ -197,6 +197,21 @@ class TheTrainersStep(unittest.TestCase):
                     self.assertEqual(own["peak_bytes"], builtin["peak_bytes"])
 
 
+    def test_leaves_out_the_kinds_the_built_in_file_leaves_out(self):
+        # Qwen2.5-0.5B full fine-tuning with fp32 weights read under on the real model: neither the
+        # built-in file nor a recording of the Trainer's step holds it (TRAINER_LEFT_OUT).
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "trainer.programs")
+            cfg = os.path.join(DATA, "configs", "Qwen2.5-0.5B.json")
+            self.assertEqual(R.main(["--config", cfg, "--out", out, "--from-traces", self.TRAINER_TRACES,
+                                     "--step", "trainer", "--weights", "fp32"]), 0)
+            with open(out) as f:
+                kinds = sorted(l.split(" : ")[0] for l in f if l.startswith("p "))
+            self.assertEqual(len(kinds), 7)
+            self.assertNotIn("p qwen2 1 1 full - 0 0 adamw-fused 0 fp32", kinds)
+            self.assertIn("p qwen2 1 1 full - 1 0 adamw-fused 0 fp32", kinds)
+
+
 class RecordedOnTheGpu(unittest.TestCase):
     """tests/data/recorded/: vramfit-record run on an H100 for Qwen2.5-0.5B (35 s), and ten held-out
     steps of that model (other batches, lengths and ranks; hf_harness.py --isolate, a fresh process

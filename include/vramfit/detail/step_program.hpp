@@ -56,8 +56,9 @@ enum class Dim : std::int32_t {
 inline constexpr std::int32_t dim_count = 12;
 
 /// How a size is computed: a sum of products of dimensions, or by a kernel's launch rules. The
-/// flat form writes the computed kinds as negative term counts. `tensor_chunks`: a partial sum per
-/// trainable tensor and per chunk of the largest (`foreach_norm_partials_bytes`), which grows with
+/// flat form writes the computed kinds as negative term counts. `tensor_chunks`: bytes per
+/// trainable tensor and per chunk of the largest (`foreach_norm_partials_bytes`), or with no
+/// products one element per tensor (the clip's stack of per-tensor norms): sizes that grow with
 /// the layer count.
 enum class SizeKind : std::int32_t {
   products = 0, reduce_buffer = -1, reduce_semaphore = -2, flash_lse = -3, flash_out = -4, tensor_chunks = -5
@@ -68,11 +69,12 @@ enum class SizeKind : std::int32_t {
 /// partial sum in the opmath type per tensor and per 65536-element chunk of the largest tensor
 /// (`foreach_tensor_norm_cuda`'s output_per_tensor, ntensors * max_chunks_per_tensor elements, with
 /// multi_tensor_apply's kChunkSize 65536; ATen's native/cuda/ForeachReduceOp.cu).
+/// 0 when the largest tensor is empty (no chunk: ATen asks for nothing).
 inline std::uint64_t foreach_norm_partials_bytes(std::uint64_t element_bytes, std::uint64_t tensors,
                                                  std::uint64_t largest_numel) {
   constexpr std::uint64_t chunk = 65536;
   const std::uint64_t chunks = largest_numel / chunk + (largest_numel % chunk != 0 ? 1 : 0);
-  return checked_mul(checked_mul(element_bytes, tensors), std::max<std::uint64_t>(chunks, 1));
+  return checked_mul(checked_mul(element_bytes, tensors), chunks);
 }
 
 /// A token: a request (of a size index), or a free of an earlier request named relative to the
@@ -689,9 +691,10 @@ class StepProgram {
   static std::uint64_t evaluate(const Size& s, const ProgramDims& d, std::uint64_t layers) {
     switch (s.kind) {
       case SizeKind::tensor_chunks: {
+        const std::uint64_t tensors = checked_add(checked_mul(s.tensors_per_layer, layers), s.tensors_fixed);
+        if (s.terms.empty()) return checked_mul(s.element_bytes, tensors);  // one element a tensor
         std::uint64_t largest = 0;
         for (const Term& t : s.terms) largest = std::max(largest, product(t, d));
-        const std::uint64_t tensors = checked_add(checked_mul(s.tensors_per_layer, layers), s.tensors_fixed);
         return foreach_norm_partials_bytes(s.element_bytes, tensors, largest);
       }
       case SizeKind::flash_lse:
