@@ -92,7 +92,7 @@ TEST_CASE("an estimate carries its provenance; several ranks are flagged as not 
   CHECK(provenance(Stack::hf_peft, zero2).unvalidated == sharding_caveat(zero2));
 }
 
-TEST_CASE("the Trainer's settings belong to the hf-trainer stack, which bounds the step by its closed form") {
+TEST_CASE("the Trainer's settings belong to the hf-trainer stack, which simulates its built-in kinds and bounds the rest") {
   const ModelShape m = preset("SmolLM2-135M");
   const Step accumulating{.seq = 1024, .grad_accum = 4};
   const Step mixed{.seq = 1024, .mode = Mode::full, .weights = Precision::fp32};
@@ -111,6 +111,15 @@ TEST_CASE("the Trainer's settings belong to the hf-trainer stack, which bounds t
   CHECK_THROWS_WITH_AS(estimate(m, Step{.mode = Mode::full, .world_size = 2}, Stack::hf_trainer),
                        doctest::Contains("world size: the hf-trainer stack is modelled on one GPU"), InvalidInput);
   CHECK(parse_stack("hf-trainer") == Stack::hf_trainer);
+  // The Trainer empties the cache before its first step (accelerator.free_memory()); the plain loop
+  // does only where the context says so.
+  CHECK(detail::cache_emptied_after_build(Stack::hf_trainer, RunContext{}));
+  CHECK(!detail::cache_emptied_after_build(Stack::hf_peft, RunContext{}));
+  // A kind its built-in programs hold is simulated: full fine-tuning, bf16 weights, fused AdamW.
+  const Estimate simulated =
+      estimate(m, Step{.seq = 1024, .mode = Mode::full, .optimizer = Optimizer::adamw_fused}, Stack::hf_trainer);
+  CHECK(simulated.method == Method::allocator_simulation);
+  CHECK(simulated.peak <= simulated.closed_form.peak);
   // Its programs, when a caller brings some, must be its own.
   RunContext c;
   c.programs = builtin_programs("hf-peft").set;
