@@ -40,6 +40,6 @@ wait $record
 echo "record rc=$? at $((SECONDS - start)) s"
 wait $heldout
 echo "heldout rc=$? rows=$(grep -c '"kind": "trainer_step"' "$OUT/trainer_steps_3.jsonl") at $((SECONDS - start)) s"
-tail -3 "$OUT/heldout.log" "$OUT/capture-real.log" "$OUT/record.log"
+tail -n 3 "$OUT/heldout.log" "$OUT/capture-real.log" "$OUT/record.log"
 (cd "$OUT" && tar czf logs.tgz heldout.log capture-real.log record.log)
 rm -f "$OUT/heldout.log" "$OUT/capture-real.log" "$OUT/record.log"

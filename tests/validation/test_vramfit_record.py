@@ -212,6 +212,53 @@ class TheTrainersStep(unittest.TestCase):
             self.assertIn("p qwen2 1 1 full - 1 0 adamw-fused 0 fp32", kinds)
 
 
+class RecordedTrainerStep(unittest.TestCase):
+    """tests/data/recorded/: `vramfit-record --step trainer --weights bf16` run on an H100 for
+    Qwen2.5-0.5B (gpu_trainer_3.sh, 53 s): all eight kinds verified. Its file gives the built-in
+    file's figures on the held-out Qwen2.5-0.5B Trainer steps of bf16 weights measured there
+    (trainer_steps_3_h100.jsonl)."""
+    RECORDED = os.path.join(DATA, "recorded")
+    PROGRAMS = os.path.join(RECORDED, "qwen2.5-0.5b-h100-trainer-bf16.programs")
+
+    def test_the_file_is_what_its_traces_give(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "again.programs")
+            traces = os.path.join(self.RECORDED, "qwen2.5-0.5b-h100-trainer-bf16-traces.jsonl.gz")
+            self.assertEqual(R.main(["--config", os.path.join(DATA, "configs", "Qwen2.5-0.5B.json"), "--out", out,
+                                     "--from-traces", traces, "--step", "trainer", "--weights", "bf16"]), 0)
+            with open(out) as a, open(self.PROGRAMS) as b:
+                text = a.read()
+                self.assertEqual(text, b.read())
+        kinds = [l.split(" : ")[0] for l in text.splitlines() if l.startswith("p ")]
+        self.assertEqual(len(kinds), 8)
+        self.assertTrue(all(k.endswith(" adamw-fused 0 bf16") for k in kinds), kinds)
+
+    def test_held_out_steps_as_the_built_in_file(self):
+        if not EXE:
+            self.skipTest("VRAMFIT (the built CLI) not set")
+        import test_trainer_data as D
+        rows = [r for r in D.load(D.HELD_OUT_3) if r["kind"] == "trainer_step" and r["arm"]["model"] == "Qwen2.5-0.5B"
+                and r["arm"]["weights"] == "bf16"]
+        self.assertEqual(len(rows), 6)
+        with tempfile.TemporaryDirectory() as d:
+            cfg = os.path.join(d, "config.json")
+            for r in rows:
+                with open(cfg, "w") as f:
+                    json.dump(D.config_of(r["arm"]["shape"]), f)
+                flags = D.trainer_flags(r) + ["--phase", "first" if r["step"] == 1 else "steady"]
+                def predict(*extra):
+                    p = subprocess.run([EXE, "predict", "--config", cfg, *flags, *extra, "--json"],
+                                       capture_output=True, text=True)
+                    self.assertEqual(p.returncode, 0, p.stderr)
+                    return json.loads(p.stdout)
+                own, builtin = predict("--programs", self.PROGRAMS), predict()
+                with self.subTest(step=r["step"], arm=r["arm"]["gradient_checkpointing"]):
+                    self.assertEqual(own["method"], "allocator simulation")
+                    self.assertEqual(own["peak_bytes"], builtin["peak_bytes"])
+                    self.assertGreaterEqual(own["peak_bytes"], r["peak"])
+                    self.assertLessEqual(own["peak_bytes"], r["peak"] * 1.03)
+
+
 class RecordedOnTheGpu(unittest.TestCase):
     """tests/data/recorded/: vramfit-record run on an H100 for Qwen2.5-0.5B (35 s), and ten held-out
     steps of that model (other batches, lengths and ranks; hf_harness.py --isolate, a fresh process
